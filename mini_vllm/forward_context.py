@@ -1,0 +1,69 @@
+"""What the current forward is: its batch descriptor, graph runtime mode and attention metadata.
+
+vLLM counterpart: vllm/forward_context.py (`BatchDescriptor`, `ForwardContext`,
+`set_forward_context`, `get_forward_context`). The model runner sets the context
+around each forward; the graph wrappers and the attention layers read it instead of
+taking extra arguments, so the model's forward signature never changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Iterator, NamedTuple
+
+__all__ = ["BatchDescriptor", "ForwardContext", "get_forward_context", "set_forward_context"]
+
+
+# ANCHOR: batch_descriptor
+class BatchDescriptor(NamedTuple):
+    """The key a captured graph is stored under. Hashable, so it can key a dict."""
+
+    num_tokens: int
+    num_reqs: int | None = None
+    uniform: bool = False  # every request has the same query length (uniform decode)
+
+    def relax_for_mixed_batch_cudagraphs(self) -> "BatchDescriptor":
+        """The key a graph that serves any batch of this many tokens is stored under."""
+        return BatchDescriptor(self.num_tokens, num_reqs=None, uniform=False)
+# ANCHOR_END: batch_descriptor
+
+
+@dataclass
+class ForwardContext:
+    """Per-forward state read by layers deep inside the model."""
+
+    cudagraph_runtime_mode: Any  # a CUDAGraphMode that is a valid runtime mode
+    batch_descriptor: BatchDescriptor | None
+    attn_metadata: Any = None
+
+
+_current: ForwardContext | None = None
+
+
+def get_forward_context() -> ForwardContext:
+    if _current is None:
+        raise RuntimeError(
+            "no forward context is set: run the model through the model runner "
+            "(or inside `with set_forward_context(...)`)"
+        )
+    return _current
+
+
+def has_forward_context() -> bool:
+    return _current is not None
+
+
+@contextlib.contextmanager
+def set_forward_context(
+    cudagraph_runtime_mode: Any,
+    batch_descriptor: BatchDescriptor | None = None,
+    attn_metadata: Any = None,
+) -> Iterator[ForwardContext]:
+    global _current
+    previous = _current
+    _current = ForwardContext(cudagraph_runtime_mode, batch_descriptor, attn_metadata)
+    try:
+        yield _current
+    finally:
+        _current = previous

