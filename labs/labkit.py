@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sys
 import types
 from pathlib import Path
 
@@ -47,7 +48,13 @@ def load_starter(lab_dir: Path, starter: str) -> types.ModuleType:
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load the starter {path}")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    # Registered before running it: dataclasses and pickling look modules up by name.
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
     return module
 
 

@@ -1,0 +1,132 @@
+"""The labs' own checks: the reference passes every lab test, the untouched starter fails every one.
+
+A lab test that passes on the starter checks nothing the student wrote, so it is a
+bug. The starter is taken from git (HEAD), not from the working tree, so a student
+who has filled theirs in does not break this test; a starter not yet committed is
+taken from the working tree. GPU-REQ tests skip in both runs where CUDA is absent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LABS = sorted(p for p in (ROOT / "labs").iterdir() if p.is_dir() and p.name.startswith("lab-"))
+GPU_SKIP_MARK = "GPU-REQ"
+
+
+@dataclass
+class Outcome:
+    name: str
+    status: str  # passed, failed, error, skipped
+    message: str = ""
+
+
+def starter_files(lab: Path) -> list[Path]:
+    return sorted(p for p in lab.glob("*.py"))
+
+
+def pristine_copy(path: Path) -> bytes:
+    """The committed version of a file, or the working copy if git has none."""
+    relative = path.relative_to(ROOT).as_posix()
+    result = subprocess.run(
+        ["git", "show", f"HEAD:{relative}"], cwd=ROOT, capture_output=True
+    )
+    return result.stdout if result.returncode == 0 else path.read_bytes()
+
+
+def run_lab(lab: Path, impl: str, tmp_path: Path, starter_dir: Path | None = None) -> list[Outcome]:
+    report = tmp_path / f"{impl}.xml"
+    env = dict(os.environ, MINI_VLLM_IMPL=impl, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTEST_XDIST_WORKER", None)
+    env.pop("PYTEST_ADDOPTS", None)
+    if starter_dir is not None:
+        env["MINI_VLLM_STARTER_DIR"] = str(starter_dir)
+    cmd = [
+        sys.executable, "-m", "pytest", str(lab), f"--impl={impl}", "-q",
+        "-p", "no:cacheprovider", "-p", "no:randomly", f"--junitxml={report}",
+        "-o", "junit_family=xunit1",
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    if not report.exists():
+        pytest.fail(f"pytest wrote no report for {lab.name} ({impl}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    outcomes = []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        status, message = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                status, message = child.tag, child.get("message") or ""
+                break
+        outcomes.append(Outcome(name, "failed" if status == "failure" else status, message))
+    if not outcomes:
+        pytest.fail(f"no tests ran in {lab.name} ({impl}):\n{proc.stdout[-3000:]}")
+    return outcomes
+
+
+def collected_count(lab: Path) -> int:
+    env = dict(os.environ, MINI_VLLM_IMPL="ref")
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", str(lab), "--impl=ref", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    found = re.search(r"(\d+) tests? collected", proc.stdout)
+    if not found:
+        pytest.fail(f"could not collect {lab.name} against the reference:\n{proc.stdout[-3000:]}")
+    return int(found.group(1))
+
+
+def is_gpu_skip(outcome: Outcome) -> bool:
+    return outcome.status == "skipped" and GPU_SKIP_MARK in outcome.message
+
+
+@pytest.mark.parametrize("lab", LABS, ids=[lab.name for lab in LABS])
+def test_lab_layout(lab: Path):
+    readme = lab / "README.md"
+    assert readme.exists(), f"{lab.name} has no README.md"
+    text = readme.read_text()
+    assert re.search(r"\b(CPU-OK|GPU-REQ)\b", text), f"{lab.name}/README.md does not give the lab's tag"
+    assert f"pytest labs/{lab.name}" in text, f"{lab.name}/README.md does not give the exact pytest command"
+    assert starter_files(lab), f"{lab.name} has no starter file"
+    assert any("NotImplementedError" in p.read_text() for p in starter_files(lab)), (
+        f"{lab.name}'s starter has no TODO raising NotImplementedError"
+    )
+    assert list((lab / "tests").glob("test_*.py")), f"{lab.name} has no tests/test_*.py"
+
+
+@pytest.mark.parametrize("lab", LABS, ids=[lab.name for lab in LABS])
+def test_lab_passes_on_reference(lab: Path, tmp_path: Path):
+    outcomes = run_lab(lab, "ref", tmp_path)
+    bad = [o for o in outcomes if o.status != "passed" and not is_gpu_skip(o)]
+    assert not bad, "reference fails lab tests:\n" + "\n".join(f"{o.status}: {o.name} {o.message[:300]}" for o in bad)
+
+
+@pytest.mark.parametrize("lab", LABS, ids=[lab.name for lab in LABS])
+def test_every_lab_test_fails_on_pristine_starter(lab: Path, tmp_path: Path):
+    starters = tmp_path / "starters" / lab.name
+    starters.mkdir(parents=True)
+    for path in starter_files(lab):
+        (starters / path.name).write_bytes(pristine_copy(path))
+    for extra in ("data",):  # lab data files the starter reads, if any
+        if (lab / extra).is_dir():
+            shutil.copytree(lab / extra, starters / extra)
+    student = run_lab(lab, "student", tmp_path, starter_dir=starters.parent)
+    expected = collected_count(lab)
+    assert len(student) == expected, (
+        f"the starter run reported {len(student)} tests, the reference collects {expected}: "
+        "the starter must import cleanly so every test can run and fail on its own"
+    )
+    passing = [o.name for o in student if o.status == "passed"]
+    assert not passing, "these lab tests pass on the untouched starter (they check nothing the student writes):\n" + "\n".join(passing)
+    odd_skips = [o.name for o in student if o.status == "skipped" and not is_gpu_skip(o)]
+    assert not odd_skips, "these lab tests skip on the starter instead of failing:\n" + "\n".join(odd_skips)
