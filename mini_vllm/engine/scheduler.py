@@ -1,0 +1,282 @@
+"""Continuous batching: which requests compute which tokens at each step.
+
+vLLM counterpart: vllm/v1/core/sched/scheduler.py (`Scheduler.schedule`,
+`_preempt_request`, `update_from_output`; stop rules from `check_stop` in
+vllm/v1/core/sched/utils.py). nano-vllm's nanovllm/engine/scheduler.py is simpler:
+a step there is all-prefill or all-decode, never both.
+
+The policy of one `schedule()` call (vLLM V1's, first come first served):
+
+1. Running requests first, in admission order. Each gets what it still lacks,
+   `num_new_tokens`, cut to the remaining token budget: 1 token for a decoding
+   request, the rest of its prompt (or a chunk of it) for one still in prefill.
+2. If its next tokens need a block and none is free, the most recently admitted
+   running request is preempted (blocks freed, `num_computed_tokens` reset to 0,
+   generated tokens kept, back to the *front* of the waiting queue) until the block
+   fits; when the request itself is the most recent, it preempts itself.
+3. Then, only if nothing was preempted this step, waiting requests are admitted in
+   order while the budget, `max_num_seqs` and the free blocks allow; prefix-cached
+   leading blocks are shared instead of computed. A prompt that does not fit in the
+   remaining budget is chunked (`enable_chunked_prefill`, on by default): it takes
+   what is left, and its next chunk comes as a running request in later steps.
+   Without chunking it waits for a step with room.
+4. A request that can never run — a prompt longer than `max_model_len`, or more
+   tokens than the whole KV cache holds — is finished with FinishReason.ERROR and
+   reported in the next output's `failed`; the other requests carry on.
+
+So a step mixes decodes and prefill chunks freely ("mixed" batches). The batches
+where every scheduled request decodes exactly one token and none is in prefill are
+*uniform decode*: `SchedulerOutput.is_uniform_decode` is True for them, and only
+they may replay the uniform-decode FULL CUDA graphs of FULL_AND_PIECEWISE or
+FULL_DECODE_ONLY (Phase 05, mini_vllm/cudagraph_dispatcher.py); mixed batches go to
+PIECEWISE graphs or run eagerly.
+
+`update_from_output(output, sampled_token_ids)` then advances `num_computed_tokens`
+by what each row computed, appends the sampled token of the rows whose step reached
+the end of the sequence (a prefill chunk that did not reach it samples nothing),
+and finishes requests on EOS (unless `ignore_eos`), `max_tokens` or `max_model_len`,
+freeing their blocks. Every `schedule()` must be followed by its `update_from_output()`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Hashable, Sequence as SequenceT
+
+from mini_vllm.engine.block_manager import BlockManager
+from mini_vllm.engine.scheduler_config import SchedulerConfig
+from mini_vllm.engine.scheduler_output import ScheduledSequence, SchedulerOutput
+from mini_vllm.engine.sequence import FinishReason, Sequence, SequenceStatus, as_token_id
+
+__all__ = ["Scheduler", "ScheduledSequence", "SchedulerConfig", "SchedulerOutput"]
+
+
+class Scheduler:
+    """Waiting and running queues over one BlockManager."""
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        block_manager: BlockManager,
+        eos_token_id: int | None = None,
+    ) -> None:
+        self.config = config
+        self.block_manager = block_manager
+        self.eos_token_id = eos_token_id  # None: only max_tokens / max_model_len stop a request
+        self._waiting: deque[Sequence] = deque()
+        self._running: list[Sequence] = []  # admission order: the last one is the next victim
+        self._failed: list[Sequence] = []  # failed since the last schedule(), not yet reported
+        self._live_ids: set[Hashable] = set()
+        self._in_flight: SchedulerOutput | None = None
+        self._step = 0
+        self._arrivals = 0
+        self.num_preemptions = 0  # over the scheduler's lifetime
+
+    # -- queues -------------------------------------------------------------------
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    def has_unfinished_requests(self) -> bool:
+        """True while a request waits, runs, or has a failure still to report."""
+        return bool(self._waiting or self._running or self._failed)
+
+    def add_request(self, seq: Sequence) -> None:
+        """Queue a new request at the back of the waiting queue."""
+        if seq.status is not SequenceStatus.WAITING or seq.num_computed_tokens or seq.block_table:
+            raise ValueError(f"request {seq.seq_id!r} is not new ({seq!r}); add each Sequence once")
+        if seq.seq_id in self._live_ids:
+            raise ValueError(f"request id {seq.seq_id!r} is already in use by an unfinished request")
+        seq.arrival = self._arrivals
+        self._arrivals += 1
+        why = self._why_never_runs(seq)
+        if why is not None:
+            seq.finish(FinishReason.ERROR, why)
+            self._failed.append(seq)
+            return
+        self._live_ids.add(seq.seq_id)
+        self._waiting.append(seq)
+
+    def _why_never_runs(self, seq: Sequence) -> str | None:
+        """Why this request could not be computed even on an empty engine, or None."""
+        if seq.num_prompt_tokens > self.config.max_model_len:
+            return (
+                f"request {seq.seq_id!r}: the prompt has {seq.num_prompt_tokens} tokens, "
+                f"more than max_model_len={self.config.max_model_len}"
+            )
+        needed = self.block_manager.blocks_needed(seq.num_tokens)
+        if needed > self.block_manager.num_blocks:
+            return (
+                f"request {seq.seq_id!r}: its {seq.num_tokens} tokens need {needed} KV blocks of "
+                f"{self.block_manager.block_size} tokens, but the whole cache has "
+                f"{self.block_manager.num_blocks}; give the cache more blocks or shorten the request"
+            )
+        return None
+
+    # -- one step -----------------------------------------------------------------
+
+    def _row(self, seq: Sequence, num_new_tokens: int) -> ScheduledSequence:
+        start = seq.num_computed_tokens
+        return ScheduledSequence(
+            seq=seq,
+            num_new_tokens=num_new_tokens,
+            num_computed_tokens=start,
+            new_token_ids=tuple(seq.tokens(start, start + num_new_tokens)),
+            block_table=tuple(seq.block_table),
+            is_prefill=seq.is_prefill,
+            samples_token=start + num_new_tokens == seq.num_tokens,
+        )
+
+    def schedule(self) -> SchedulerOutput:
+        """Decide this step's batch (see the module docstring for the policy)."""
+        if self._in_flight is not None:
+            raise RuntimeError(
+                f"step {self._in_flight.step} is still in flight: call update_from_output() "
+                "with its sampled tokens before scheduling the next step"
+            )
+        budget = self.config.max_num_batched_tokens
+        rows: list[ScheduledSequence] = []
+        preempted: list[Sequence] = []
+
+        # ANCHOR: schedule_running
+        # 1. Running requests, oldest admission first.
+        index = 0
+        while index < len(self._running) and budget > 0:
+            seq = self._running[index]
+            num_new = min(seq.num_new_tokens, budget)
+            if not self._make_room(seq, num_new, preempted):
+                break  # seq preempted itself: nobody after it is left running
+            self.block_manager.append_slots(seq, num_new)
+            rows.append(self._row(seq, num_new))
+            budget -= num_new
+            index += 1
+        # ANCHOR_END: schedule_running
+
+        # ANCHOR: schedule_waiting
+        # 2. Waiting requests, first come first served. Not after a preemption: the
+        #    cache is short, and the request just preempted would come straight back.
+        while (
+            not preempted
+            and self._waiting
+            and budget > 0
+            and len(self._running) < self.config.max_num_seqs
+        ):
+            seq = self._waiting[0]
+            num_cached = self.block_manager.num_cached_tokens(seq)
+            num_new = seq.num_tokens - num_cached
+            if num_new > budget:
+                if not self.config.enable_chunked_prefill:
+                    break  # the whole prompt goes in one step; wait for a step with room
+                num_new = budget  # chunked prefill: the rest comes in later steps
+            if not self.block_manager.can_allocate(seq, num_new, num_cached):
+                break  # FCFS: nobody overtakes the head of the queue
+            self._waiting.popleft()
+            self.block_manager.allocate(seq, num_new, num_cached)
+            seq.num_computed_tokens = num_cached
+            seq.status = SequenceStatus.RUNNING
+            self._running.append(seq)
+            rows.append(self._row(seq, num_new))
+            budget -= num_new
+        # ANCHOR_END: schedule_waiting
+
+        failed, self._failed = tuple(self._failed), []
+        output = SchedulerOutput(
+            step=self._step,
+            scheduled=tuple(rows),
+            block_size=self.block_manager.block_size,
+            preempted_ids=tuple(s.seq_id for s in preempted if not s.is_finished),
+            failed=failed + tuple(s for s in preempted if s.is_finished),
+        )
+        self._in_flight = output
+        return output
+
+    def _make_room(self, seq: Sequence, num_new_tokens: int, preempted: list[Sequence]) -> bool:
+        """Preempt the most recently admitted running requests until seq's next
+        tokens have blocks. False when seq itself had to go."""
+        while not self.block_manager.can_append(seq, num_new_tokens):
+            victim = self._running.pop()
+            self._preempt(victim)
+            preempted.append(victim)
+            if victim is seq:
+                return False
+        return True
+
+    # ANCHOR: preempt
+    def _preempt(self, seq: Sequence) -> None:
+        """Preemption by recompute: drop the request's KV, keep its tokens, and put it
+        at the front of the waiting queue; its next admission recomputes prompt +
+        generated tokens. A request that has outgrown the whole cache fails instead."""
+        self.block_manager.free(seq)
+        seq.num_computed_tokens = 0
+        why = self._why_never_runs(seq)
+        if why is not None:
+            self._live_ids.discard(seq.seq_id)
+            seq.finish(FinishReason.ERROR, why)
+            return
+        seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self._waiting.appendleft(seq)
+    # ANCHOR_END: preempt
+
+    # -- after the forward --------------------------------------------------------
+
+    # ANCHOR: update_from_output
+    def update_from_output(
+        self, output: SchedulerOutput, sampled_token_ids: SequenceT[int | None]
+    ) -> list[Sequence]:
+        """Apply one step's result. `sampled_token_ids` has one entry per row of
+        `output.scheduled`, in order; rows with samples_token False are ignored (None
+        is fine there). Returns the requests that finished, failures included."""
+        if output is not self._in_flight:
+            raise RuntimeError("this SchedulerOutput is not the step in flight; pass the one schedule() returned last")
+        if len(sampled_token_ids) != len(output.scheduled):
+            raise ValueError(
+                f"got {len(sampled_token_ids)} sampled token(s) for {len(output.scheduled)} scheduled row(s)"
+            )
+        tokens = []  # checked before anything changes, so a bad token leaves no half-applied step
+        for row, token in zip(output.scheduled, sampled_token_ids):
+            if row.samples_token and token is None:
+                raise ValueError(f"request {row.seq_id!r} reached its last token this step but no token was sampled")
+            tokens.append(as_token_id(token) if row.samples_token else None)
+        self._in_flight = None
+        self._step += 1
+
+        finished = list(output.failed)
+        for row, token in zip(output.scheduled, tokens):
+            seq = row.seq
+            seq.num_computed_tokens += row.num_new_tokens
+            self.block_manager.cache_full_blocks(seq)
+            if token is None:
+                continue  # a prefill chunk short of the end: its logits predict nothing
+            seq.append_token(token)
+            reason = self._stop_reason(seq, token)
+            if reason is not None:
+                self.block_manager.free(seq)
+                self._running.remove(seq)
+                self._live_ids.discard(seq.seq_id)
+                seq.finish(reason)
+                finished.append(seq)
+        return finished
+    # ANCHOR_END: update_from_output
+
+    def _stop_reason(self, seq: Sequence, token: int) -> FinishReason | None:
+        # EOS first, then the length caps: the order of vLLM's check_stop.
+        if token == self.eos_token_id and not seq.sampling_params.ignore_eos:
+            return FinishReason.STOP
+        if seq.num_output_tokens >= seq.sampling_params.max_tokens:
+            return FinishReason.LENGTH
+        if seq.num_tokens >= self.config.max_model_len:
+            return FinishReason.LENGTH
+        return None
+
+    def __repr__(self) -> str:
+        return (
+            f"Scheduler(step {self._step}, {len(self._running)} running, {len(self._waiting)} waiting, "
+            f"{self.num_preemptions} preemptions, {self.block_manager!r})"
+        )
