@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(modules[args.command].run(args) or 0)
+    except BrokenPipeError:  # `... | head` closed the pipe: not an error
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except ValueError as exc:  # UserError is a ValueError; MINI_VLLM_DEBUG=1 shows the traceback
         if os.environ.get("MINI_VLLM_DEBUG"):
             raise

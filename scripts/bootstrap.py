@@ -5,9 +5,9 @@
     python3 scripts/bootstrap.py test    # install what is missing, then run every test
 
 Only a Python >= 3.10 is assumed. Everything goes into `.venv/` at the repository
-root. The venv sees the system's site-packages, so a machine that already has a
-PyTorch >= 2.4 (a GPU box, say) keeps it; otherwise the CPU build 2.13.0 is
-installed. A stamp file records what was installed, so a second run installs
+root. When the Python running this script already has a PyTorch >= 2.4 (a GPU box,
+say), the venv is made to see the system's packages so that PyTorch is kept;
+otherwise the venv is isolated and gets the CPU build torch==2.13.0. A stamp file records what was installed, so a second run installs
 nothing and starts at once. Extra arguments after `demo`/`test` are passed on.
 """
 
@@ -56,8 +56,9 @@ def install_fingerprint() -> str:
 def ensure_environment() -> Path:
     python = venv_python()
     if not python.exists():
+        reuse_torch = torch_is_usable(Path(sys.executable))
         print(f"Creating the virtual environment {VENV} ...", flush=True)
-        venv.EnvBuilder(with_pip=True, system_site_packages=True).create(VENV)
+        venv.EnvBuilder(with_pip=True, system_site_packages=reuse_torch).create(VENV)
     stamp = VENV / ".mini_vllm-installed"
     if stamp.exists() and stamp.read_text() == install_fingerprint() and torch_is_usable(python):
         return python

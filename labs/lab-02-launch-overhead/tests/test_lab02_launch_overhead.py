@@ -1,0 +1,166 @@
+"""Lab 02 — the two-lane launch timeline, the crossover batch size, and the presets (COURSE_SPEC §5)."""
+
+import pytest
+from labkit import implementation
+
+impl = implementation(__file__, starter="launch_overhead.py", reference="mini_vllm.launch_overhead")
+
+LLAMA = "h100-llama3.1-8b"
+SMOLLM2 = "h100-smollm2-135m"
+# COURSE_SPEC §5: Llama-3.1-8B on an H100 SXM, decode ms/step, eager -> graph.
+LLAMA_TABLE = {1: (8.4, 5.1), 4: (9.2, 6.0), 16: (12.1, 9.3), 32: (18.7, 16.1)}
+
+
+def hardware(**overrides):
+    values = dict(launch_us=10.0, graph_launch_us=12.0, eager_gap_us=0.0, node_us=1.0,
+                  bandwidth=1e12, peak_flops=1e15)
+    values.update(overrides)
+    return impl.Hardware(**values)
+
+
+def tiny(name, us, hw):
+    """A memory-bound kernel that takes `us` µs at any batch size (weights only)."""
+    return impl.Kernel(name, weight_bytes=us * 1e-6 * hw.bandwidth)
+
+
+def lane(spans, name):
+    return [s for s in spans if s.lane == name]
+
+
+def test_kernel_time_is_the_roofline_of_bytes_and_flops():
+    hw = hardware(bandwidth=1e12, peak_flops=1e14)
+    memory_bound = impl.Kernel("gemv", weight_bytes=4e6, flops_per_token=1e6)
+    compute_bound = impl.Kernel("gemm", weight_bytes=1e6, flops_per_token=1e9)
+    assert impl.kernel_gpu_us(memory_bound, 1, hw) == pytest.approx(4.0)  # 4 MB at 1 TB/s
+    assert impl.kernel_gpu_us(compute_bound, 1, hw) == pytest.approx(10.0)  # 1 GFLOP at 100 TFLOP/s
+    assert impl.kernel_gpu_us(compute_bound, 4, hw) == pytest.approx(40.0)
+
+
+def test_kernel_weight_bytes_are_read_once_activation_and_kv_bytes_grow_with_batch():
+    hw = hardware(bandwidth=1e12)
+    k = impl.Kernel("attention", weight_bytes=2e6, bytes_per_token=1e5, kv_bytes_per_seq=4e5)
+    assert impl.kernel_gpu_us(k, 1, hw) == pytest.approx(2.5)
+    assert impl.kernel_gpu_us(k, 8, hw) == pytest.approx(2.0 + 8 * 0.5)
+    with pytest.raises(ValueError):
+        impl.kernel_gpu_us(k, 0, hw)
+
+
+def test_eager_step_is_launch_bound_when_launch_cost_exceeds_kernel_time():
+    hw = hardware(launch_us=10.0, eager_gap_us=0.5)
+    kernels = [tiny(f"k{i}", 2.0, hw) for i in range(20)]
+    spans = impl.eager_timeline(kernels, 1, hw)
+    # The GPU waits for every launch: the step is 20 launches plus the last kernel.
+    assert impl.step_time_us(spans) == pytest.approx(20 * 10.0 + 2.0 + 0.5)
+    assert [s.start_us for s in lane(spans, "gpu")] == pytest.approx([10.0 * (i + 1) for i in range(20)])
+
+
+def test_eager_step_is_gpu_bound_when_kernels_outlast_their_launches():
+    hw = hardware(launch_us=5.0, eager_gap_us=1.0)
+    kernels = [tiny(f"k{i}", 100.0, hw) for i in range(10)]
+    spans = impl.eager_timeline(kernels, 1, hw)
+    # Only the first launch shows; after it the CPU runs ahead and the GPU never idles.
+    assert impl.step_time_us(spans) == pytest.approx(5.0 + 10 * (100.0 + 1.0))
+
+
+def test_eager_gpu_starts_a_kernel_only_after_its_launch_and_the_previous_kernel():
+    hw = hardware(launch_us=4.0, eager_gap_us=1.0)
+    kernels = [tiny(name, us, hw) for name, us in [("a", 1.0), ("b", 30.0), ("c", 1.0), ("d", 1.0), ("e", 20.0)]]
+    spans = impl.eager_timeline(kernels, 1, hw)
+    cpu, gpu = lane(spans, "cpu"), lane(spans, "gpu")
+    assert [s.name for s in cpu] == [s.name for s in gpu] == list("abcde")
+    for i, (issued, ran) in enumerate(zip(cpu, gpu)):
+        assert ran.start_us >= issued.end_us - 1e-9, f"kernel {ran.name} started before its launch"
+        if i:
+            assert ran.start_us >= gpu[i - 1].end_us - 1e-9, f"kernel {ran.name} overlaps the one before"
+            assert issued.start_us == pytest.approx(cpu[i - 1].end_us), "the CPU issues launches back to back"
+    # ...and as soon as both hold: never later.
+    for i, ran in enumerate(gpu):
+        ready = max(cpu[i].end_us, gpu[i - 1].end_us if i else 0.0)
+        assert ran.start_us == pytest.approx(ready)
+
+
+def test_graph_step_is_one_launch_plus_gpu_time_of_every_node():
+    hw = hardware(graph_launch_us=12.0, node_us=1.5)
+    kernels = [tiny(f"k{i}", 3.0, hw) for i in range(50)]
+    spans = impl.graph_timeline(kernels, 1, hw)
+    assert len(lane(spans, "cpu")) == 1
+    assert len(lane(spans, "gpu")) == 50
+    assert impl.step_time_us(spans) == pytest.approx(12.0 + 50 * (3.0 + 1.5))
+
+
+def test_launches_per_step_eager_is_the_kernel_count_graph_is_one():
+    hw = hardware()
+    preset = impl.Preset("toy", "toy", hw, tuple(tiny(f"k{i}", 1.0, hw) for i in range(37)), {})
+    result = impl.simulate_step(preset, 1)
+    assert (result.eager_launches, result.graph_launches) == (37, 1)
+    assert result.eager_us == pytest.approx(37 * 10.0 + 1.0)  # launch-bound, then the last kernel
+    assert result.graph_us == pytest.approx(12.0 + 37 * (1.0 + 1.0))  # one launch, then the nodes
+    assert result.speedup == pytest.approx(result.eager_us / result.graph_us)
+
+
+@pytest.mark.parametrize("name", [LLAMA, SMOLLM2])
+def test_speedup_falls_as_the_batch_grows(name):
+    speedups = [r.speedup for r in impl.sweep(name, [1, 2, 4, 8, 16, 32, 64, 128, 256, 512])]
+    assert all(later <= earlier + 1e-9 for earlier, later in zip(speedups, speedups[1:])), speedups
+    assert speedups[-1] < speedups[0]
+
+
+def test_crossover_is_the_first_batch_whose_speedup_falls_below_the_threshold():
+    for threshold in (1.05, 1.2):
+        crossover = impl.crossover_batch(LLAMA, threshold=threshold)
+        assert crossover is not None and crossover > 1
+        assert impl.simulate_step(LLAMA, crossover).speedup < threshold
+        assert impl.simulate_step(LLAMA, crossover - 1).speedup >= threshold
+    assert impl.crossover_batch(LLAMA, threshold=1.2) < impl.crossover_batch(LLAMA, threshold=1.05)
+
+
+def test_crossover_is_none_while_graphs_pay_and_one_when_they_never_do():
+    assert impl.crossover_batch(SMOLLM2, max_batch=256) is None  # 1394 tiny kernels: graphs always pay
+    hw = hardware(launch_us=1.0, graph_launch_us=1.0, node_us=1.0)
+    gpu_bound = impl.Preset("gpu-bound", "long kernels", hw, tuple(tiny(f"k{i}", 500.0, hw) for i in range(4)), {})
+    assert impl.crossover_batch(gpu_bound) == 1
+    with pytest.raises(ValueError):
+        impl.crossover_batch(LLAMA, threshold=1.0)
+
+
+@pytest.mark.parametrize("batch", sorted(LLAMA_TABLE))
+def test_llama_preset_reproduces_the_table_speedup_within_15_percent(batch):
+    eager_ms, graph_ms = LLAMA_TABLE[batch]
+    assert impl.simulate_step(LLAMA, batch).speedup == pytest.approx(eager_ms / graph_ms, rel=0.15)
+
+
+@pytest.mark.parametrize("batch", sorted(LLAMA_TABLE))
+def test_llama_preset_step_times_are_roughly_the_table_milliseconds(batch):
+    eager_ms, graph_ms = LLAMA_TABLE[batch]
+    result = impl.simulate_step(LLAMA, batch)
+    assert result.eager_us / 1e3 == pytest.approx(eager_ms, rel=0.20)
+    assert result.graph_us / 1e3 == pytest.approx(graph_ms, rel=0.20)
+
+
+def test_smollm2_preset_reproduces_our_h100_measurement():
+    result = impl.simulate_step(SMOLLM2, 1)
+    assert result.eager_launches == 1394
+    assert result.graph_launches == 1
+    assert result.eager_us / 1e3 == pytest.approx(20.6, rel=0.10)
+    assert result.graph_us / 1e3 == pytest.approx(2.87, rel=0.10)
+
+
+def test_unknown_preset_raises_listing_the_preset_names():
+    with pytest.raises(ValueError) as info:
+        impl.get_preset("a100-llama-70b")
+    message = str(info.value)
+    assert "a100-llama-70b" in message
+    assert LLAMA in message and SMOLLM2 in message
+    with pytest.raises(ValueError, match=LLAMA):
+        impl.simulate_step("no-such-preset", 1)
+
+
+def test_ascii_rendering_draws_both_lanes_for_eager_and_graph():
+    text = impl.render_ascii(LLAMA, batch=1, num_kernels=6, width=60)
+    rows = [line for line in text.splitlines() if "|" in line]
+    assert len(rows) == 4  # eager CPU, eager GPU, graph CPU, graph GPU
+    eager_cpu, _, graph_cpu, graph_gpu = (row.split("|")[1] for row in rows)
+    assert all(len(row.split("|")[1]) == 60 for row in rows)
+    assert set("012345") <= set(eager_cpu), "eager issues every kernel on the CPU"
+    assert set(graph_cpu) == {"=", "."}, "a replay issues one graph launch and nothing else"
+    assert graph_gpu.rstrip(".").endswith("5"), "the GPU runs every node, the last one last"

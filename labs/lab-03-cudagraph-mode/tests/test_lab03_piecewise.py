@@ -1,0 +1,135 @@
+"""Lab 03 — piecewise graphs: split at attention, capture the pieces, run attention eagerly (COURSE_SPEC §4)."""
+
+import numpy as np
+import pytest
+from labkit import implementation
+
+impl = implementation(__file__, starter="piecewise.py", reference="mini_vllm.cudagraph")
+
+HIDDEN = 16
+
+
+def rand(batch, seed):
+    return np.random.default_rng(seed).standard_normal((batch, HIDDEN)).astype(np.float32)
+
+
+def op(name, capturable=True):
+    return impl.Op(name, lambda x: x + 1.0, capturable=capturable)
+
+
+def names(pieces):
+    return [[o.name for o in piece.ops] for piece in pieces]
+
+
+def expected(ops, x):
+    for o in ops:
+        x = o.fn(x)
+    return x
+
+
+def test_piecewise_split_makes_each_splitting_op_its_own_piece_in_order():
+    ops = impl.toy_model(hidden=HIDDEN, num_layers=3, attention=True)
+    pieces = impl.split_ops(ops)
+    assert [o.name for piece in pieces for o in piece.ops] == [o.name for o in ops], "order kept, nothing lost"
+    split = [piece for piece in pieces if piece.is_splitting_op]
+    assert [[o.name for o in piece.ops] for piece in split] == [["attention_0"], ["attention_1"], ["attention_2"]]
+    captured = [piece for piece in pieces if not piece.is_splitting_op]
+    assert len(captured) <= len(split) + 1
+    assert all(o.capturable for piece in captured for o in piece.ops)
+
+
+def test_piecewise_split_never_makes_an_empty_piece():
+    ops = [op("attn_a", False), op("attn_b", False), op("mlp"), op("norm"), op("attn_c", False)]
+    pieces = impl.split_ops(ops)
+    assert names(pieces) == [["attn_a"], ["attn_b"], ["mlp", "norm"], ["attn_c"]]
+    assert [piece.is_splitting_op for piece in pieces] == [True, True, False, True]
+    assert all(piece.ops for piece in pieces)
+
+
+def test_piecewise_split_without_splitting_ops_is_one_captured_piece():
+    ops = impl.toy_model(hidden=HIDDEN, num_layers=2, attention=False)
+    pieces = impl.split_ops(ops)
+    assert len(pieces) == 1 and not pieces[0].is_splitting_op
+    assert [o.name for o in pieces[0].ops] == [o.name for o in ops]
+
+
+def test_piecewise_split_follows_a_custom_splitting_predicate():
+    ops = [op("a"), op("b"), op("c"), op("d")]
+    pieces = impl.split_ops(ops, is_splitting_op=lambda o: o.name in ("b", "d"))
+    assert names(pieces) == [["a"], ["b"], ["c"], ["d"]]
+    assert [piece.is_splitting_op for piece in pieces] == [False, True, False, True]
+
+
+def test_piecewise_runner_splits_at_attention_by_default():
+    ops = impl.toy_model(hidden=HIDDEN, num_layers=2, attention=True)
+    runner = impl.PiecewiseGraphRunner(ops, impl.SimDevice())
+    assert names(runner.pieces) == names(impl.split_ops(ops))
+    assert runner.num_captured_pieces == 3  # [rmsnorm_0] attention_0 [... rmsnorm_1] attention_1 [...]
+
+
+def test_piecewise_output_matches_eager_for_every_shape_and_fresh_input():
+    ops = impl.toy_model(hidden=HIDDEN, num_layers=3, attention=True)
+    runner = impl.PiecewiseGraphRunner(ops, impl.SimDevice())
+    for round_ in range(3):
+        for batch in (1, 3, 8):
+            x = rand(batch, seed=100 * round_ + batch)
+            np.testing.assert_allclose(runner(x), expected(ops, x), rtol=1e-6, atol=1e-6)
+
+
+def test_piecewise_replay_launches_one_per_piece_plus_one_per_splitting_op():
+    ops = impl.toy_model(hidden=HIDDEN, num_layers=2, attention=True)
+    device = impl.SimDevice()
+    runner = impl.PiecewiseGraphRunner(ops, device)
+    runner(rand(4, seed=1))  # warm-up and capture of every piece
+    device.trace.clear()
+    before = device.launches
+    runner(rand(4, seed=2))
+    k = sum(piece.is_splitting_op for piece in runner.pieces)
+    assert device.launches - before == runner.num_captured_pieces + k == 5
+    # The splitting ops run eagerly between the replays, in model order.
+    assert device.trace[0][0] == "graph"
+    assert [kind for kind, _ in device.trace] == ["graph", "kernel", "graph", "kernel", "graph"]
+    assert [name for kind, name in device.trace if kind == "kernel"] == ["attention_0", "attention_1"]
+
+
+def test_piecewise_splitting_ops_run_eagerly_so_their_host_decisions_stay_fresh():
+    # Attention picks its kernel on the host from this step's input (like prefill vs
+    # decode from the attention metadata). Captured, that choice would be frozen.
+    attention = impl.Branch(
+        "attention",
+        lambda host_x: bool(host_x.sum() > 0),
+        if_true=impl.Op("attention_prefill", lambda x: x * 3.0, capturable=False),
+        if_false=impl.Op("attention_decode", lambda x: x - 3.0, capturable=False),
+    )
+    ops = [impl.Op("proj", lambda x: x * 1.0), attention, impl.Op("out", lambda x: x + 0.5)]
+    device = impl.SimDevice()
+    runner = impl.PiecewiseGraphRunner(ops, device)
+    positive, negative = np.ones((2, HIDDEN), np.float32), -np.ones((2, HIDDEN), np.float32)
+    np.testing.assert_allclose(runner(positive), positive * 3.0 + 0.5)
+    device.trace.clear()
+    np.testing.assert_allclose(runner(negative), negative - 3.0 + 0.5)
+    assert ("kernel", "attention_decode") in device.trace
+    assert device.captures == 2, "the pieces around attention were captured once, not again"
+
+
+def test_piecewise_pieces_are_captured_once_per_shape_on_a_shared_device():
+    ops = impl.toy_model(hidden=HIDDEN, num_layers=2, attention=True)
+    device = impl.SimDevice()
+    runner = impl.PiecewiseGraphRunner(ops, device)
+    for batch in (2, 4, 2, 4, 4):
+        runner(rand(batch, seed=batch))
+    assert device.captures == runner.num_captured_pieces * 2
+
+
+def test_piecewise_new_shape_after_capture_window_closed_raises():
+    ops = impl.toy_model(hidden=HIDDEN, num_layers=1, attention=True)
+    device = impl.SimDevice()
+    runner = impl.PiecewiseGraphRunner(ops, device)
+    runner(rand(4, seed=5))
+    runner.close_capture_window()
+    with pytest.raises(impl.CaptureError, match=str((4, HIDDEN))):
+        runner(rand(3, seed=6))
+    captures = device.captures
+    x = rand(4, seed=7)
+    np.testing.assert_allclose(runner(x), expected(ops, x), rtol=1e-6, atol=1e-6)
+    assert device.captures == captures

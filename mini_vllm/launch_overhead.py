@@ -1,0 +1,398 @@
+"""Launch overhead: a two-lane (CPU issues, GPU executes) timeline of one decode step.
+
+Eager PyTorch pays host time for every kernel it launches (Python, the dispatcher,
+`cudaLaunchKernel`); the GPU cannot start a kernel before its launch is issued, so a
+step of many short kernels is *launch-bound*: the GPU idles between them. A CUDA
+graph issues the whole step with one launch; the GPU then runs the recorded nodes
+back to back, paying only a small per-node cost. As the batch grows each kernel moves
+more bytes and does more FLOPs, the GPU becomes the bottleneck, and the graph's gain
+shrinks: past the crossover batch size graphs no longer pay for themselves.
+
+This is the course's own model, not a vLLM file. It explains why vLLM captures graphs
+only up to a maximum size (vllm/config/vllm.py `_set_cudagraph_sizes`) and runs larger
+batches eagerly (vllm/v1/cudagraph_dispatcher.py `dispatch`), and why `enforce_eager`
+costs most at small batch. Numbers and their sources: COURSE_SPEC §5, and the comments
+next to each preset below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterable, Sequence
+
+__all__ = [
+    "CROSSOVER_THRESHOLD",
+    "Hardware",
+    "Kernel",
+    "PRESETS",
+    "Preset",
+    "Span",
+    "StepResult",
+    "crossover_batch",
+    "eager_timeline",
+    "get_preset",
+    "graph_timeline",
+    "kernel_gpu_us",
+    "render_ascii",
+    "simulate_step",
+    "step_time_us",
+    "sweep",
+]
+
+# Graphs "stop paying" at the first batch size whose speedup falls below this: a
+# graph that saves under 5% of a step is not worth its capture time and memory.
+CROSSOVER_THRESHOLD = 1.05
+
+CPU, GPU = "cpu", "gpu"
+GRAPH_LAUNCH = "graph launch"
+
+
+# ANCHOR: kernel
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of a decode step and what it moves and computes.
+
+    A decode step of batch B processes B tokens (one per sequence). Weights are read
+    once whatever B is; activations, FLOPs and the KV cache read grow with B.
+    """
+
+    name: str
+    weight_bytes: float = 0.0  # read once per step (a projection's weight matrix)
+    bytes_per_token: float = 0.0  # activations read and written, per token in the batch
+    flops_per_token: float = 0.0
+    kv_bytes_per_seq: float = 0.0  # KV cache read by attention, per sequence
+# ANCHOR_END: kernel
+
+
+# ANCHOR: hardware
+@dataclass(frozen=True)
+class Hardware:
+    """The machine and software stack: what a launch costs and how fast the GPU is."""
+
+    launch_us: float  # host time to issue one eager kernel (Python + dispatcher + launch)
+    graph_launch_us: float  # host time to launch one captured graph (cudaGraphLaunch)
+    eager_gap_us: float  # GPU time an eagerly launched kernel costs beyond its work
+    node_us: float  # GPU time a graph node costs beyond its work
+    bandwidth: float  # bytes/s the GPU's memory sustains
+    peak_flops: float  # FLOP/s the GPU's tensor cores sustain
+
+    def __post_init__(self) -> None:
+        for name in ("launch_us", "graph_launch_us", "eager_gap_us", "node_us"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.bandwidth <= 0 or self.peak_flops <= 0:
+            raise ValueError("bandwidth and peak_flops must be > 0")
+# ANCHOR_END: hardware
+
+
+@dataclass(frozen=True)
+class Span:
+    """One bar of the timeline: `lane` is "cpu" (issuing) or "gpu" (executing)."""
+
+    lane: str
+    name: str
+    start_us: float
+    end_us: float
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    hardware: Hardware
+    kernels: tuple[Kernel, ...]
+    # What the preset was fitted to: {batch size: (eager ms, graph ms)}.
+    reference_ms: dict[int, tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    batch: int
+    eager_us: float
+    graph_us: float
+    eager_launches: int  # launches the host issues per step
+    graph_launches: int
+
+    @property
+    def speedup(self) -> float:
+        return self.eager_us / self.graph_us
+
+
+def _as_preset(preset: "Preset | str") -> Preset:
+    return get_preset(preset) if isinstance(preset, str) else preset
+
+
+def _check_batch(batch: int) -> None:
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise ValueError(f"batch size must be a positive integer, got {batch!r}")
+
+
+# ANCHOR: kernel_gpu_us
+def kernel_gpu_us(kernel: Kernel, batch: int, hw: Hardware) -> float:
+    """The kernel's own GPU time: a roofline, the slower of moving its bytes and doing its FLOPs."""
+    _check_batch(batch)
+    moved = kernel.weight_bytes + batch * (kernel.bytes_per_token + kernel.kv_bytes_per_seq)
+    flops = batch * kernel.flops_per_token
+    return max(moved / hw.bandwidth, flops / hw.peak_flops) * 1e6
+# ANCHOR_END: kernel_gpu_us
+
+
+# ANCHOR: eager_timeline
+def eager_timeline(kernels: Sequence[Kernel], batch: int, hw: Hardware) -> list[Span]:
+    """Eager: the host issues kernels one after another; each runs on the GPU as soon as
+    both the GPU is free and its own launch has been issued."""
+    spans: list[Span] = []
+    cpu_free = gpu_free = 0.0
+    for k in kernels:
+        issued = cpu_free + hw.launch_us
+        spans.append(Span(CPU, k.name, cpu_free, issued))
+        cpu_free = issued
+        start = max(gpu_free, issued)
+        gpu_free = start + kernel_gpu_us(k, batch, hw) + hw.eager_gap_us
+        spans.append(Span(GPU, k.name, start, gpu_free))
+    return spans
+# ANCHOR_END: eager_timeline
+
+
+# ANCHOR: graph_timeline
+def graph_timeline(kernels: Sequence[Kernel], batch: int, hw: Hardware) -> list[Span]:
+    """Graph replay: one launch on the host, then every node back to back on the GPU."""
+    spans = [Span(CPU, GRAPH_LAUNCH, 0.0, hw.graph_launch_us)]
+    gpu_free = hw.graph_launch_us
+    for k in kernels:
+        end = gpu_free + kernel_gpu_us(k, batch, hw) + hw.node_us
+        spans.append(Span(GPU, k.name, gpu_free, end))
+        gpu_free = end
+    return spans
+# ANCHOR_END: graph_timeline
+
+
+def step_time_us(spans: Iterable[Span]) -> float:
+    """A step ends when its last bar (on either lane) ends."""
+    return max((s.end_us for s in spans), default=0.0)
+
+
+def _launches(spans: Iterable[Span]) -> int:
+    return sum(1 for s in spans if s.lane == CPU)
+
+
+def simulate_step(preset: "Preset | str", batch: int) -> StepResult:
+    """Eager and graph step time of one decode step at this batch size."""
+    preset = _as_preset(preset)
+    eager = eager_timeline(preset.kernels, batch, preset.hardware)
+    graph = graph_timeline(preset.kernels, batch, preset.hardware)
+    return StepResult(batch, step_time_us(eager), step_time_us(graph), _launches(eager), _launches(graph))
+
+
+def sweep(preset: "Preset | str", batch_sizes: Iterable[int]) -> list[StepResult]:
+    """`simulate_step` at each batch size: the data of a speedup-vs-batch curve."""
+    preset = _as_preset(preset)
+    return [simulate_step(preset, b) for b in batch_sizes]
+
+
+# ANCHOR: crossover
+def crossover_batch(
+    preset: "Preset | str", threshold: float = CROSSOVER_THRESHOLD, max_batch: int = 4096
+) -> int | None:
+    """The smallest batch size whose graph speedup is below `threshold`, or None if
+    graphs still pay at `max_batch`.
+
+    Bisection is valid because the speedup never rises with batch size: the eager
+    step's launch cost is fixed while the GPU work both modes share keeps growing.
+    """
+    if threshold <= 1.0:
+        raise ValueError(f"threshold must be > 1.0 (a speedup), got {threshold}")
+    _check_batch(max_batch)
+    preset = _as_preset(preset)
+
+    def pays(batch: int) -> bool:
+        return simulate_step(preset, batch).speedup >= threshold
+
+    if not pays(1):
+        return 1
+    if pays(max_batch):
+        return None
+    lo, hi = 1, max_batch  # invariant: pays(lo) and not pays(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if pays(mid) else (lo, mid)
+    return hi
+# ANCHOR_END: crossover
+
+
+# ANCHOR: render_ascii
+def render_ascii(preset: "Preset | str", batch: int = 1, num_kernels: int = 8, width: int = 72) -> str:
+    """The two lanes of the first `num_kernels` kernels, eager above graph, on one time scale.
+
+    Digits name kernels (kernel i is drawn with i mod 10), '=' the graph launch, '.' idle.
+    """
+    preset = _as_preset(preset)
+    if num_kernels < 1 or width < 10:
+        raise ValueError("num_kernels must be >= 1 and width >= 10")
+    kernels = preset.kernels[:num_kernels]
+    views = {
+        "eager": eager_timeline(kernels, batch, preset.hardware),
+        "graph": graph_timeline(kernels, batch, preset.hardware),
+    }
+    end = max(step_time_us(spans) for spans in views.values())
+    scale = width / end
+
+    def lane(spans: list[Span], lane_name: str) -> str:
+        row = ["."] * width
+        kernel_index = 0
+        for span in (s for s in spans if s.lane == lane_name):
+            if span.name == GRAPH_LAUNCH:
+                mark = "="
+            else:
+                mark = str(kernel_index % 10)
+                kernel_index += 1
+            first = int(span.start_us * scale)
+            last = max(first + 1, int(span.end_us * scale))  # every bar at least one column
+            row[first:min(last, width)] = mark * (min(last, width) - first)
+        return "".join(row)
+
+    lines = [f"{preset.name}, batch {batch}, first {len(kernels)} kernels, 0 .. {end:.1f} us"]
+    for mode, spans in views.items():
+        lines.append(f"{mode:>5} CPU |{lane(spans, CPU)}| {step_time_us(spans):8.1f} us")
+        lines.append(f"{'':>5} GPU |{lane(spans, GPU)}|")
+    lines.append("digits: kernel index mod 10; '=': graph launch; '.': idle")
+    return "\n".join(lines)
+# ANCHOR_END: render_ascii
+
+
+# --- Presets -------------------------------------------------------------------------
+
+BF16 = 2  # bytes per weight / activation element
+
+
+def _llama_kernels(
+    *,
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    mlp: int,
+    vocab: int,
+    context_len: int,
+    extra_per_layer: int,
+    sampler_kernels: int,
+) -> tuple[Kernel, ...]:
+    """The kernels of one decode step of a Llama-shaped model, in launch order."""
+    q, kv = heads * head_dim, kv_heads * head_dim
+    act = hidden * BF16  # one token's hidden state
+
+    def gemm(name: str, n_in: int, n_out: int) -> Kernel:
+        return Kernel(name, weight_bytes=n_in * n_out * BF16, bytes_per_token=(n_in + n_out) * BF16,
+                      flops_per_token=2 * n_in * n_out)
+
+    def pointwise(name: str, width: int = hidden) -> Kernel:
+        return Kernel(name, bytes_per_token=3 * width * BF16, flops_per_token=4 * width)
+
+    layer = [
+        pointwise("rmsnorm"),
+        gemm("qkv_proj", hidden, q + 2 * kv),
+        pointwise("rotary", q + kv),
+        pointwise("kv_cache_write", 2 * kv),
+        Kernel("attention", bytes_per_token=2 * q * BF16,
+               kv_bytes_per_seq=context_len * 2 * kv * BF16,
+               flops_per_token=4 * context_len * q),
+        gemm("o_proj", q, hidden),
+        pointwise("residual_rmsnorm"),
+        gemm("gate_up_proj", hidden, 2 * mlp),
+        pointwise("silu_and_mul", mlp),
+        gemm("down_proj", mlp, hidden),
+        pointwise("residual_add"),
+    ]
+    # Small housekeeping kernels an eager step also launches (copies, casts, views made
+    # contiguous); they move next to nothing but each is a launch.
+    layer += [pointwise(f"misc{i}", 64) for i in range(extra_per_layer)]
+    step = [Kernel("embedding", bytes_per_token=2 * act)]
+    for i in range(layers):
+        step += [replace(k, name=f"L{i}.{k.name}") for k in layer]
+    step += [pointwise("final_norm"), gemm("lm_head", hidden, vocab)]
+    step += [pointwise(f"sampler{i}", vocab) for i in range(sampler_kernels)]
+    return tuple(step)
+
+
+# ANCHOR: presets
+# Both presets model an H100 SXM. 3.0 TB/s is the copy bandwidth we measured on our
+# H100 (COURSE_SPEC §5); 989 TFLOP/s is its dense BF16 tensor-core peak, which decode
+# never nears (FLOPs only matter at prefill-sized batches).
+# An eagerly launched kernel costs the GPU ~5 µs beyond its work even when the host
+# is ahead: the front end takes each launch from the stream on its own and sets up its
+# grid (the low end of §5's "5-20 µs end to end" for one launch). A graph does that
+# setup once, at instantiation, leaving ~1-2 µs a node (§5). Without this gap eager
+# and graph would tie once the GPU is the bottleneck; the table's eager step stays
+# ~2.6 ms slower even at batch 32.
+H100_BANDWIDTH = 3.0e12
+H100_PEAK_BF16 = 989e12
+H100_EAGER_GAP_US = 5.0
+GRAPH_LAUNCH_US = 10.0  # one cudaGraphLaunch: a few to ~10 µs of host time, noise next to a step
+
+PRESETS: dict[str, Preset] = {
+    # Fitted to the Llama-3.1-8B table of COURSE_SPEC §5 (decode ms/step, eager -> graph).
+    "h100-llama3.1-8b": Preset(
+        name="h100-llama3.1-8b",
+        description="Llama-3.1-8B decode on an H100 SXM, an engine with fused kernels (the course's table)",
+        hardware=Hardware(
+            # Host time a kernel: Python module code, the dispatcher, cudaLaunchKernel.
+            # The table's eager step at batch 1 (8.4 ms) is launch-bound; over the 493
+            # kernels below that is 17 µs each. We take 19 µs, fitted to the table's
+            # *speedup* at batch 1, because our graph step there is ~13% slower than
+            # the table's 5.1 ms: at 3.0 TB/s the weights alone take 5.0 ms.
+            launch_us=19.0,
+            graph_launch_us=GRAPH_LAUNCH_US,
+            eager_gap_us=H100_EAGER_GAP_US,
+            # 1 µs, the low end of §5: the table's graph step at batch 1 (5.1 ms) leaves
+            # almost nothing beyond reading the 15 GB of weights.
+            node_us=1.0,
+            bandwidth=H100_BANDWIDTH,
+            peak_flops=H100_PEAK_BF16,
+        ),
+        # Llama-3.1-8B config: 32 layers, hidden 4096, 32 query / 8 KV heads of 128,
+        # MLP 14336, vocabulary 128256, untied head; 11 kernels a layer in an engine
+        # with fused norms and activations, plus 4 small housekeeping ones. The table does
+        # not state its context; its graph step grows ~0.35 ms a sequence (5.1 -> 16.1 ms
+        # from batch 1 to 32), about 1 GB of KV read at 3 TB/s: several thousand tokens.
+        kernels=_llama_kernels(
+            layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, mlp=14336, vocab=128256,
+            context_len=6144, extra_per_layer=4, sampler_kernels=10,
+        ),
+        reference_ms={1: (8.4, 5.1), 4: (9.2, 6.0), 16: (12.1, 9.3), 32: (18.7, 16.1)},
+    ),
+    # Our own H100 run (§5): a naive static-KV-cache Llama in SmolLM2-135M's shape, batch 1,
+    # context 128: eager 20.6 ms, one CUDA graph 2.87 ms, 1394 kernels.
+    "h100-smollm2-135m": Preset(
+        name="h100-smollm2-135m",
+        description="SmolLM2-135M shape, naive PyTorch decode, measured on our H100",
+        hardware=Hardware(
+            launch_us=14.8,  # 20.6 ms / 1394 kernels: the step is entirely launch-bound
+            graph_launch_us=GRAPH_LAUNCH_US,
+            eager_gap_us=H100_EAGER_GAP_US,
+            # (2.87 ms - ~0.1 ms of bytes) / 1394 nodes ≈ 2 µs, the top of §5's range:
+            # every node is a tiny unfused kernel that is almost all fixed cost.
+            node_us=2.0,
+            bandwidth=H100_BANDWIDTH,
+            peak_flops=H100_PEAK_BF16,
+        ),
+        # SmolLM2-135M config (§6): 30 layers, hidden 576, 9 query / 3 KV heads of 64,
+        # MLP 1536, vocabulary 49152, tied head. Unfused RMSNorm, rotary and the cache
+        # update make ~46 kernels a layer: 11 counted by kind plus 35 small ones, and 11
+        # for the argmax tail, 1394 in all as measured.
+        kernels=_llama_kernels(
+            layers=30, hidden=576, heads=9, kv_heads=3, head_dim=64, mlp=1536, vocab=49152,
+            context_len=128, extra_per_layer=35, sampler_kernels=11,
+        ),
+        reference_ms={1: (20.6, 2.87)},
+    ),
+}
+# ANCHOR_END: presets
+
+
+def get_preset(name: str) -> Preset:
+    """The named preset, or a ValueError that lists the names there are."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(sorted(PRESETS))}") from None
