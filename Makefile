@@ -19,5 +19,8 @@ book: setup      ## build the course site into book/build
 serve-book: setup ## serve the site at http://localhost:3000 with live reload
 	.venv/bin/mdbook serve book
 
+figures: setup   ## redraw the book's figures (book/src/figures/*.png) from the code
+	$(VENV_PY) scripts/make_figures.py
+
 clean:
 	rm -rf book/build .pytest_cache

@@ -1,0 +1,591 @@
+#!/usr/bin/env python3
+"""Draw the figures of the Phase 05 chapter from the repository's own code.
+
+    .venv/bin/python scripts/make_figures.py            # all figures into book/src/figures/
+    .venv/bin/python scripts/make_figures.py --only crossover-llama3.1-8b.png --out-dir /tmp
+
+Every number in a figure comes from `mini_vllm` (the two-lane launch model, the graph
+simulator, the capture-size ladder); this file only lays them out. Each figure has its
+own function that returns a `matplotlib.figure.Figure` without touching pyplot's global
+state, so the notebook and the tests can call the same functions. The output is
+deterministic: fixed seeds, matplotlib's default style, and no version stamp in the PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+import matplotlib
+import matplotlib.style
+import matplotlib.ticker
+import numpy as np
+from matplotlib import patches
+from matplotlib.figure import Figure
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from mini_vllm.capture_sizes import default_capture_sizes, padding_waste  # noqa: E402
+from mini_vllm.cudagraph import (  # noqa: E402
+    GraphRunner,
+    Op,
+    PiecewiseGraphRunner,
+    SimDevice,
+    run_eager,
+    split_ops,
+    toy_model,
+)
+from mini_vllm.launch_overhead import (  # noqa: E402
+    CROSSOVER_THRESHOLD,
+    crossover_batch,
+    eager_timeline,
+    get_preset,
+    graph_timeline,
+    kernel_gpu_us,
+    step_time_us,
+    sweep,
+)
+
+__all__ = [
+    "DPI",
+    "FIGURES",
+    "LADDERS",
+    "OUT_DIR",
+    "crossover_figure",
+    "full_vs_piecewise_figure",
+    "geometric_ladder",
+    "padding_waste_figure",
+    "save_figure",
+    "step_time_figure",
+    "synthetic_batch_trace",
+    "two_lane_figure",
+]
+
+DPI = 110
+OUT_DIR = ROOT / "book" / "src" / "figures"
+# vLLM's largest default capture size: bigger batches run eagerly whatever the speedup.
+MAX_DEFAULT_CAPTURE = 512
+
+# Matplotlib's defaults plus a few readability tweaks, applied while a figure is built
+# and saved, so that a user's matplotlibrc cannot change the book's PNGs.
+_STYLE = {
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "legend.fontsize": 8,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": False,
+}
+
+_EAGER_COLOR = "#c0392b"
+_GRAPH_COLOR = "#2471a3"
+_REFERENCE_COLOR = "black"
+_THRESHOLD_COLOR = "#7f8c8d"
+
+
+def _styled(build: Callable[..., Figure]) -> Callable[..., Figure]:
+    """Build the figure under the fixed style (fonts and sizes are read when artists are made)."""
+
+    @functools.wraps(build)
+    def wrapper(*args, **kwargs) -> Figure:
+        with matplotlib.style.context("default"), matplotlib.rc_context(_STYLE):
+            return build(*args, **kwargs)
+
+    return wrapper
+
+
+def save_figure(fig: Figure, path: "str | Path") -> Path:
+    """Write `fig` as a PNG at the book's resolution, without a version stamp."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with matplotlib.style.context("default"), matplotlib.rc_context(_STYLE):
+        fig.savefig(path, dpi=DPI, format="png", metadata={"Software": None})
+    return path
+
+
+# --- Shared data --------------------------------------------------------------------
+
+
+def synthetic_batch_trace(
+    num_steps: int = 5000, median: float = 20.0, sigma: float = 0.7, seed: int = 0, max_size: int = 512
+) -> list[int]:
+    """Decode batch sizes of a made-up chat server: log-normal around `median`, a long tail.
+
+    Most steps run a few dozen sequences, a few percent run more than 64. Fixed seed,
+    so every figure and the notebook see the same trace.
+    """
+    rng = np.random.default_rng(seed)
+    sizes = np.rint(rng.lognormal(np.log(median), sigma, num_steps))
+    return np.clip(sizes, 1, max_size).astype(int).tolist()
+
+
+def geometric_ladder(ratio: float, top: int = MAX_DEFAULT_CAPTURE) -> list[int]:
+    """Rungs 1, then each about `ratio` times the last (at least +1), up to and including `top`."""
+    if ratio <= 1.0:
+        raise ValueError(f"ratio must be > 1, got {ratio}")
+    sizes = [1]
+    while sizes[-1] < top:
+        sizes.append(min(top, max(sizes[-1] + 1, int(round(sizes[-1] * ratio)))))
+    return sizes
+
+
+# The ladders compared in the padding figure (and the notebook).
+LADDERS: dict[str, list[int]] = {
+    "vLLM default (max 512)": default_capture_sizes(max_num_seqs=256, max_num_batched_tokens=8192),
+    "powers of two to 512": [2**i for i in range(10)],
+    "8 buckets to 64": [1, 2, 4, 8, 16, 32, 48, 64],
+}
+
+
+_DIAGRAM_NAMES = {"embedding": "embed", "rmsnorm": "norm", "attention": "attn", "up_proj": "up\nproj",
+                  "down_proj": "down\nproj", "lm_head": "lm\nhead"}
+
+
+def _short(name: str) -> str:
+    """'L0.qkv_proj' -> 'qkv_proj', 'rmsnorm_1' -> 'rmsnorm'."""
+    name = name.split(".", 1)[-1]
+    head, _, tail = name.rpartition("_")
+    return head if tail.isdigit() else name
+
+
+# --- Figure 1: the two lanes --------------------------------------------------------
+
+
+@_styled
+def two_lane_figure(preset: str = "h100-smollm2-135m", batch: int = 1, num_kernels: int = 8) -> Figure:
+    """The first kernels of a decode step on two lanes (CPU issues, GPU executes), eager
+    above, one graph replay below, on the same time axis."""
+    p = get_preset(preset)
+    hw = p.hardware
+    kernels = p.kernels[:num_kernels]
+    views = [
+        ("eager: one launch per kernel", eager_timeline(kernels, batch, hw)),
+        ("CUDA graph: one launch, then the nodes back to back", graph_timeline(kernels, batch, hw)),
+    ]
+    end = max(step_time_us(spans) for _, spans in views)
+    colors = [matplotlib.colormaps["tab10"](i % 10) for i in range(len(kernels))]
+    index = {k.name: i for i, k in enumerate(kernels)}
+
+    fig = Figure(figsize=(10, 4.6), layout="constrained")
+    axes = fig.subplots(2, 1, sharex=True)
+    lane_y = {"cpu": 1.0, "gpu": 0.0}
+    height = 0.6
+    for ax, (title, spans) in zip(axes, views):
+        # Pale background: wherever it shows through on the GPU lane, the GPU is idle.
+        for y in lane_y.values():
+            ax.add_patch(patches.Rectangle((0, y - height / 2), end, height, color="#f2f3f4", zorder=0))
+        for span in spans:
+            y = lane_y[span.lane] - height / 2
+            width = span.end_us - span.start_us
+            if span.name not in index:  # the graph launch
+                ax.add_patch(patches.Rectangle((span.start_us, y), width, height, facecolor="#566573",
+                                               edgecolor="white", linewidth=0.8))
+                ax.text(span.start_us + width / 2, y + height / 2, "graph\nlaunch", ha="center",
+                        va="center", color="white", fontsize=7)
+                continue
+            i = index[span.name]
+            if span.lane == "cpu":
+                ax.add_patch(patches.Rectangle((span.start_us, y), width, height, facecolor=colors[i],
+                                               edgecolor="white", linewidth=0.8, alpha=0.85))
+                ax.text(span.start_us + width / 2, y + height / 2, f"{i}\n{_short(span.name)}",
+                        ha="center", va="center", fontsize=6.5, color="white")
+            else:
+                # The kernel's own work (its roofline time), then the fixed cost every
+                # eager kernel / graph node pays on the GPU, drawn paler.
+                work = kernel_gpu_us(kernels[i], batch, hw)
+                ax.add_patch(patches.Rectangle((span.start_us, y), work, height, facecolor=colors[i],
+                                               edgecolor="none"))
+                ax.add_patch(patches.Rectangle((span.start_us + work, y), width - work, height,
+                                               facecolor=colors[i], alpha=0.35, edgecolor="none"))
+                ax.add_patch(patches.Rectangle((span.start_us, y), width, height, fill=False,
+                                               edgecolor="white", linewidth=0.8))
+                ax.text(span.start_us + width / 2, y + height / 2, str(i), ha="center", va="center",
+                        fontsize=7, color="black")
+        total = step_time_us(spans)
+        ax.axvline(total, color="black", linestyle="--", linewidth=0.8)
+        done = f"{len(kernels)} kernels done: {total:.0f} µs"
+        if total < 0.8 * end:
+            ax.text(total, 1.55, " " + done, va="center", ha="left", fontsize=8)
+        else:
+            ax.text(total, 1.55, done + " ", va="center", ha="right", fontsize=8)
+        gpu = [sp for sp in spans if sp.lane == "gpu"]
+        gaps = [(b.start_us - a.end_us, a.end_us, b.start_us) for a, b in zip(gpu, gpu[1:])]
+        for gap, g0, g1 in gaps:  # eager: the GPU waits for each launch
+            if gap > 0.05 * end:
+                ax.text((g0 + g1) / 2, lane_y["gpu"], "idle", ha="center", va="center", fontsize=7,
+                        style="italic", color="#777777")
+        cpu_end = max(sp.end_us for sp in spans if sp.lane == "cpu")
+        if end - cpu_end > 0.3 * end:  # graph: the host has nothing left to issue
+            ax.text((cpu_end + end) / 2, lane_y["cpu"], "CPU free: it can already prepare the next step",
+                    ha="center", va="center", fontsize=8, color="#555555")
+        ax.set_title(title, loc="left")
+        ax.set_ylim(-0.5, 1.8)
+        ax.set_yticks([1.0, 0.0], ["CPU\nissues", "GPU\nexecutes"])
+        ax.tick_params(axis="y", length=0)
+        ax.spines["left"].set_visible(False)
+    axes[-1].set_xlim(0, end * 1.02)
+    axes[-1].set_xlabel("time (µs)")
+    legend = [
+        patches.Patch(facecolor="#777777", label="kernel work (roofline: bytes or FLOPs)"),
+        patches.Patch(facecolor="#777777", alpha=0.35,
+                      label=f"fixed GPU cost: {hw.eager_gap_us:g} µs per eager kernel, {hw.node_us:g} µs per graph node"),
+        patches.Patch(facecolor="#f2f3f4", edgecolor="#cccccc", label="lane idle"),
+    ]
+    axes[0].legend(handles=legend, loc="upper right", bbox_to_anchor=(1.0, 1.32), ncol=3, frameon=False)
+    fig.suptitle(
+        f"{p.name}, batch {batch}: the first {len(kernels)} of {len(p.kernels)} kernels "
+        f"(host {hw.launch_us:g} µs per launch)", fontsize=10)
+    return fig
+
+
+# --- Figures 2 and 3: where graphs stop paying ---------------------------------------
+
+
+def _plain_log2_axis(ax, top: int) -> None:
+    """Log-2 x axis with ticks 1, 4, 16, ... written as plain numbers."""
+    ax.set_xscale("log", base=2)
+    ticks = [4**i for i in range(10) if 4**i <= top]
+    ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_locator(matplotlib.ticker.FixedLocator([2**i for i in range(14) if 2**i <= top]))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
+def _batch_grid(top: int, extra: Sequence[int] = ()) -> list[int]:
+    grid = {int(round(b)) for b in np.geomspace(1, top, 64)} | set(extra)
+    return sorted(b for b in grid if 1 <= b <= top)
+
+
+def _reference_speedups(p) -> tuple[list[int], list[float]]:
+    batches = sorted(p.reference_ms)
+    return batches, [p.reference_ms[b][0] / p.reference_ms[b][1] for b in batches]
+
+
+@_styled
+def crossover_figure(
+    presets: Sequence[str] = ("h100-llama3.1-8b", "h100-smollm2-135m"), max_batch: int = 4096
+) -> Figure:
+    """Graph speedup (eager step / graph step) against batch size, one panel per preset,
+    with the threshold, the crossover batch and the preset's reference measurements."""
+    fig = Figure(figsize=(10, 4.4), layout="constrained")
+    axes = fig.subplots(1, len(presets), squeeze=False)[0]
+    for ax, name in zip(axes, presets):
+        p = get_preset(name)
+        results = sweep(p, _batch_grid(max_batch, p.reference_ms))
+        batches = [r.batch for r in results]
+        speedups = [r.speedup for r in results]
+        ref_b, ref_s = _reference_speedups(p)
+        top = max(max(speedups), max(ref_s)) * 1.12
+        ax.axvspan(MAX_DEFAULT_CAPTURE, max_batch * 1.3, color="#f2f3f4", zorder=0)
+        ax.text(np.sqrt(MAX_DEFAULT_CAPTURE * max_batch * 1.3), 0.9 + 0.97 * (top - 0.9),
+                "above vLLM's largest\ndefault capture size:\nruns eagerly anyway", ha="center", va="top",
+                fontsize=7, color="#555555")
+        ax.plot(batches, speedups, color=_GRAPH_COLOR, linewidth=2, label="model (simulate_step)")
+        ax.axhline(CROSSOVER_THRESHOLD, color=_THRESHOLD_COLOR, linestyle="--", linewidth=1,
+                   label=f"threshold {CROSSOVER_THRESHOLD:g}×")
+        ax.plot(ref_b, ref_s, "o", mfc="none", mec=_REFERENCE_COLOR, mew=1.5, markersize=7,
+                label="reference measurements")
+        cross = crossover_batch(p, max_batch=max_batch)
+        if cross is not None:
+            s = sweep(p, [cross])[0].speedup
+            ax.axvline(cross, color=_EAGER_COLOR, linewidth=1, linestyle=":")
+            ax.plot([cross], [s], "D", color=_EAGER_COLOR, markersize=7, zorder=5,
+                    label=f"crossover: batch {cross}")
+            ax.annotate(f"crossover: batch {cross}\nfirst speedup below {CROSSOVER_THRESHOLD:g}×\n({s:.4f}×)",
+                        (cross, s), xytext=(-14, 36), textcoords="offset points", ha="right",
+                        fontsize=8, color=_EAGER_COLOR,
+                        arrowprops=dict(arrowstyle="->", color=_EAGER_COLOR, linewidth=0.8))
+        else:
+            ax.text(0.03, 0.06, f"no crossover up to batch {max_batch}\n(still {results[-1].speedup:.2f}× there)",
+                    transform=ax.transAxes, fontsize=8, color=_EAGER_COLOR)
+        _plain_log2_axis(ax, max_batch)
+        ax.set_xlim(1, max_batch * 1.3)
+        ax.set_ylim(0.9, top)
+        ax.set_xlabel("decode batch size (sequences)")
+        ax.set_ylabel("speedup of graphs (eager ms / graph ms)")
+        ax.set_title(f"{p.name}: {len(p.kernels)} kernels a step", loc="left", fontsize=9)
+        ax.grid(True, which="major", color="#e5e5e5", linewidth=0.6)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(handles), frameon=False)
+    fig.suptitle("Where CUDA graphs stop paying: the speedup falls as the GPU lane fills up "
+                 "(reference points: COURSE_SPEC §5)", fontsize=10)
+    return fig
+
+
+@_styled
+def step_time_figure(preset: str = "h100-llama3.1-8b", max_batch: int = 64) -> Figure:
+    """Eager and graph ms per decode step against batch size, with the reference table."""
+    p = get_preset(preset)
+    hw = p.hardware
+    results = sweep(p, _batch_grid(max_batch, p.reference_ms))
+    batches = [r.batch for r in results]
+    eager = np.array([r.eager_us / 1000 for r in results])
+    graph = np.array([r.graph_us / 1000 for r in results])
+
+    fig = Figure(figsize=(8, 4.4), layout="constrained")
+    ax = fig.subplots()
+    ax.fill_between(batches, graph, eager, color="#f5cba7", alpha=0.6, linewidth=0,
+                    label="time the graph saves")
+    ax.plot(batches, eager, color=_EAGER_COLOR, linewidth=2, label="eager (model)")
+    ax.plot(batches, graph, color=_GRAPH_COLOR, linewidth=2, label="one CUDA graph (model)")
+    ref_b = sorted(p.reference_ms)
+    ax.plot(ref_b, [p.reference_ms[b][0] for b in ref_b], "s", mfc="none", mec=_EAGER_COLOR, mew=1.5,
+            markersize=7, label="eager, reference")
+    ax.plot(ref_b, [p.reference_ms[b][1] for b in ref_b], "o", mfc="none", mec=_GRAPH_COLOR, mew=1.5,
+            markersize=7, label="graph, reference")
+    host_ms = len(p.kernels) * hw.launch_us / 1000
+    weights_ms = sum(k.weight_bytes for k in p.kernels) / hw.bandwidth * 1000
+    ax.axhline(host_ms, color=_EAGER_COLOR, linestyle=":", linewidth=0.8)
+    ax.text(max_batch, host_ms, f"host: {len(p.kernels)} launches × {hw.launch_us:g} µs = {host_ms:.1f} ms ",
+            ha="right", va="bottom", fontsize=7.5, color=_EAGER_COLOR)
+    ax.axhline(weights_ms, color=_GRAPH_COLOR, linestyle=":", linewidth=0.8)
+    ax.text(max_batch, weights_ms, f"weights once at {hw.bandwidth / 1e12:g} TB/s: {weights_ms:.1f} ms ",
+            ha="right", va="top", fontsize=7.5, color=_GRAPH_COLOR)
+    _plain_log2_axis(ax, max_batch)
+    ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator([2**i for i in range(14) if 2**i <= max_batch]))
+    ax.set_xlim(1, max_batch)
+    ax.set_ylim(0, None)
+    ax.set_xlabel("decode batch size (sequences)")
+    ax.set_ylabel("ms per decode step")
+    ax.grid(True, color="#e5e5e5", linewidth=0.6)
+    ax.legend(loc="upper left", frameon=False)
+    cross = crossover_batch(p)
+    ax.set_title(f"{p.name}: eager vs graph step time ({len(p.kernels)} kernels a step; "
+                 f"graphs stop paying at batch {cross})\nreference points: COURSE_SPEC §5",
+                 loc="left", fontsize=9)
+    return fig
+
+
+# --- Figure 4: FULL vs PIECEWISE ----------------------------------------------------
+
+
+def _diagram_model(num_layers: int, hidden: int = 8) -> list[Op]:
+    """An embedding, the toy decoder's layers (attention not capturable), a head."""
+    rng = np.random.default_rng(1)
+    w_head = rng.standard_normal((hidden, hidden)).astype(np.float32)
+    embed = Op("embedding", lambda x: x * np.float32(1.0), gpu_us=2.0)
+    head = Op("lm_head", lambda x, w=w_head: x @ w, gpu_us=4.0)
+    return [embed, *toy_model(hidden=hidden, num_layers=num_layers, attention=True), head]
+
+
+def _launches_per_step(runner: Callable[[np.ndarray], np.ndarray], device: SimDevice, x: np.ndarray) -> int:
+    runner(x)  # the first call warms up and captures
+    before = device.launches
+    runner(x)
+    return device.launches - before
+
+
+@_styled
+def full_vs_piecewise_figure(num_layers: int = 3) -> Figure:
+    """One forward as a row of op boxes, three ways: eager, one FULL graph, PIECEWISE graphs
+    between the attention ops. The pieces come from `split_ops`; the launch counts from
+    running the simulator's runners."""
+    ops = _diagram_model(num_layers)
+    pieces = split_ops(ops)
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+
+    eager_device = SimDevice()
+    before = eager_device.launches
+    run_eager(ops, eager_device, x)
+    eager_launches = eager_device.launches - before
+    # FULL needs attention that can be captured: pretend the backend allows it.
+    full_ops = [dataclasses.replace(op, capturable=True) for op in ops]
+    full_device = SimDevice()
+    full_launches = _launches_per_step(GraphRunner(full_ops, full_device), full_device, x)
+    pw_device = SimDevice()
+    pw_runner = PiecewiseGraphRunner(ops, pw_device)
+    pw_launches = _launches_per_step(pw_runner, pw_device, x)
+
+    box_w, gap, box_h = 1.0, 0.22, 0.8
+    xs = [i * (box_w + gap) for i in range(len(ops))]
+    row_y = {"eager": 4.4, "full": 2.35, "piecewise": 0.3}
+    attn_color, op_color = "#f5b041", "#d6eaf8"
+    layer_colors = ["#ffffff", "#f4f6f6"]
+
+    fig = Figure(figsize=(11, 5.0), layout="constrained")
+    ax = fig.subplots()
+
+    def draw_ops(y: float) -> None:
+        for i, op in enumerate(ops):
+            eager = not op.capturable
+            ax.add_patch(patches.FancyBboxPatch((xs[i], y), box_w, box_h, boxstyle="round,pad=0,rounding_size=0.08",
+                                                facecolor=attn_color if eager else op_color,
+                                                edgecolor="#5d6d7e", linewidth=0.8, zorder=3))
+            ax.text(xs[i] + box_w / 2, y + box_h / 2, _DIAGRAM_NAMES.get(_short(op.name), _short(op.name)), ha="center",
+                    va="center", fontsize=7, zorder=4)
+
+    # Layer bands behind the boxes, so the repeating pattern reads at a glance.
+    layer_of = [None] + [i for i in range(num_layers) for _ in range(len(ops[1:-1]) // num_layers)] + [None]
+    for layer in range(num_layers):
+        members = [i for i, lay in enumerate(layer_of) if lay == layer]
+        x0, x1 = xs[members[0]] - gap / 2, xs[members[-1]] + box_w + gap / 2
+        ax.add_patch(patches.Rectangle((x0, -0.35), x1 - x0, 5.95, facecolor=layer_colors[layer % 2],
+                                       edgecolor="#d5d8dc", linewidth=0.5, zorder=0))
+        ax.text((x0 + x1) / 2, 5.45, f"layer {layer}", ha="center", va="center", fontsize=8, color="#555555")
+
+    right = xs[-1] + box_w
+    label_x = -0.4
+    # (a) eager
+    y = row_y["eager"]
+    draw_ops(y)
+    ax.text(label_x, y + box_h / 2, f"NONE (eager)\n{eager_launches} launches", ha="right", va="center",
+            fontsize=9, fontweight="bold")
+    # (b) one FULL graph around everything
+    y = row_y["full"]
+    ax.add_patch(patches.FancyBboxPatch((xs[0] - 0.12, y - 0.22), right - xs[0] + 0.24, box_h + 0.44,
+                                        boxstyle="round,pad=0,rounding_size=0.15", facecolor="#aed6f1",
+                                        edgecolor=_GRAPH_COLOR, linewidth=1.6, zorder=2))
+    draw_ops(y)
+    ax.text(label_x, y + box_h / 2, f"FULL\n{full_launches} launch", ha="right", va="center",
+            fontsize=9, fontweight="bold")
+    ax.text((xs[0] + right) / 2, y + box_h + 0.32, "one graph: attention captured too (needs a capturable "
+            "attention backend and fixed metadata shapes)", ha="center", va="bottom", fontsize=7.5,
+            color=_GRAPH_COLOR, zorder=5)
+    # (c) PIECEWISE: a graph per run of capturable ops, attention eager in between
+    y = row_y["piecewise"]
+    start = 0
+    graph_no = 0
+    for piece in pieces:
+        n = len(piece.ops)
+        first, last = start, start + n - 1
+        if not piece.is_splitting_op:
+            graph_no += 1
+            ax.add_patch(patches.FancyBboxPatch((xs[first] - 0.08, y - 0.22), xs[last] + box_w - xs[first] + 0.16,
+                                                box_h + 0.44, boxstyle="round,pad=0,rounding_size=0.15",
+                                                facecolor="#aed6f1", edgecolor=_GRAPH_COLOR, linewidth=1.6,
+                                                zorder=2))
+            ax.text((xs[first] + xs[last] + box_w) / 2, y + box_h + 0.3, f"graph {graph_no}", ha="center",
+                    va="bottom", fontsize=8, color=_GRAPH_COLOR, fontweight="bold", zorder=5)
+        else:
+            ax.text(xs[first] + box_w / 2, y + box_h + 0.3, "eager", ha="center", va="bottom", fontsize=8,
+                    color="#b9770e", fontweight="bold", zorder=5)
+        start += n
+    draw_ops(y)
+    k = sum(p.is_splitting_op for p in pieces)
+    ax.text(label_x, y + box_h / 2, f"PIECEWISE\n{pw_launches} launches\n({pw_runner.num_captured_pieces} graphs"
+            f" + {k} attn)", ha="right", va="center", fontsize=9, fontweight="bold")
+
+    ax.set_xlim(-3.2, right + 0.3)
+    ax.set_ylim(-0.45, 5.75)
+    ax.set_axis_off()
+    legend = [
+        patches.Patch(facecolor=op_color, edgecolor="#5d6d7e", label="capturable op"),
+        patches.Patch(facecolor=attn_color, edgecolor="#5d6d7e", label="attention (splitting op, runs eagerly "
+                      "under PIECEWISE)"),
+        patches.Patch(facecolor="#aed6f1", edgecolor=_GRAPH_COLOR, label="captured graph: one launch per replay"),
+    ]
+    ax.legend(handles=legend, loc="lower center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)
+    fig.suptitle(f"One forward of a {num_layers}-layer toy decoder: k = {k} attention ops give "
+                 f"k + 1 = {pw_runner.num_captured_pieces} captured pieces (split_ops)", fontsize=10)
+    return fig
+
+
+# --- Figure 5: the capture-size ladder ----------------------------------------------
+
+
+@_styled
+def padding_waste_figure(trace: "Sequence[int] | None" = None) -> Figure:
+    """Padding waste and graph hit rate of a batch-size trace on several ladders, against
+    the number of graphs each ladder captures."""
+    trace = synthetic_batch_trace() if trace is None else list(trace)
+    fig = Figure(figsize=(10, 4.4), layout="constrained")
+    ax_w, ax_h = fig.subplots(1, 2)
+
+    def measure(ladders: list[list[int]]) -> tuple[list[int], list[float], list[float]]:
+        reports = [padding_waste(trace, ladder) for ladder in ladders]
+        return [len(ld) for ld in ladders], [100 * r.waste for r in reports], [100 * r.hit_rate for r in reports]
+
+    # Left: ladders that all reach 512 (every step hits a graph), denser and denser.
+    steps = [128, 64, 32, 16, 8, 4, 2]
+    uniform = [sorted({1, 2, 4} | set(range(8, MAX_DEFAULT_CAPTURE + 1, s))) for s in steps]
+    geometric = [geometric_ladder(r) for r in (2.0, 1.5, 1.25, 1.12, 1.06)]
+    for label, ladders, color in (
+        ("1, 2, 4, then every s up to 512 (s = 128 ... 2)", uniform, "#85929e"),
+        ("geometric: each rung ~r × the last (r = 2 ... 1.06)", geometric, "#a569bd"),
+    ):
+        n, waste, _ = measure(ladders)
+        ax_w.plot(n, waste, marker=".", color=color, label=label)
+
+    # Right: vLLM's default ladder cut at a smaller largest size: fewer graphs, more misses.
+    default = LADDERS["vLLM default (max 512)"]
+    tops = [4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 512]
+    truncated = [[s for s in default if s <= top] for top in tops]
+    n, _, hit = measure(truncated)
+    ax_h.plot(n, hit, marker=".", color="#48c9b0", label="vLLM default cut at a smaller max")
+    for top, x, y in zip(tops, n, hit):
+        if top in (8, 16, 32, 64, 512):
+            ax_h.annotate(f"max {top}", (x, y), xytext=(5, -10), textcoords="offset points", fontsize=7,
+                          color="#148f77")
+
+    markers = {"vLLM default (max 512)": "*", "powers of two to 512": "s", "8 buckets to 64": "D"}
+    for label, ladder in LADDERS.items():
+        r = padding_waste(trace, ladder)
+        style = dict(color="black", linestyle="none", marker=markers.get(label, "o"),
+                     markersize=11 if markers.get(label) == "*" else 7, zorder=5)
+        ax_w.plot([len(ladder)], [100 * r.waste], **style,
+                  label=f"{label}: {len(ladder)} graphs, {100 * r.waste:.1f}% waste, {100 * r.hit_rate:.1f}% hits")
+        ax_h.plot([len(ladder)], [100 * r.hit_rate], **style, label=label)
+
+    for ax in (ax_w, ax_h):
+        ax.set_xscale("log")
+        ax.set_xlabel("graphs captured (rungs on the ladder)")
+        ax.grid(True, which="major", color="#e5e5e5", linewidth=0.6)
+        ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator([2, 5, 10, 20, 50, 100, 200, 500]))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax_w.set_yscale("log")
+    ax_w.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}%"))
+    ax_w.set_ylabel("padding waste (padded tokens / real tokens)")
+    ax_w.set_title("Waste: a denser ladder pads less, but captures more graphs", loc="left")
+    ax_w.set_ylim(0.08, None)
+    ax_w.legend(loc="lower left", frameon=False, fontsize=7)
+
+    ax_h.axhline(92, color=_GRAPH_COLOR, linestyle="--", linewidth=0.8)
+    ax_h.text(ax_h.get_xlim()[1], 92.6, "target > 92% ", color=_GRAPH_COLOR, fontsize=7, ha="right",
+              va="bottom")
+    ax_h.axhline(85, color=_EAGER_COLOR, linestyle="--", linewidth=0.8)
+    ax_h.text(ax_h.get_xlim()[1], 84.4, "alert < 85% ", color=_EAGER_COLOR, fontsize=7, ha="right", va="top")
+    ax_h.set_ylabel("graph hit rate (% of decode steps replayed)")
+    ax_h.set_title("Hits: set by the largest rung, not by the density", loc="left")
+    ax_h.set_ylim(0, 104)
+    ax_h.legend(loc="lower right", frameon=False, fontsize=7)
+
+    median = int(np.median(trace))
+    above = sum(b > 64 for b in trace) / len(trace)
+    fig.suptitle(f"One synthetic decode trace ({len(trace)} steps, median batch {median}, "
+                 f"{100 * above:.1f}% of steps above 64 sequences) run through several capture-size ladders",
+                 fontsize=10)
+    return fig
+
+
+# --- Driver -------------------------------------------------------------------------
+
+FIGURES: dict[str, Callable[[], Figure]] = {
+    "two-lane-eager-vs-graph.png": two_lane_figure,
+    "crossover-llama3.1-8b.png": crossover_figure,
+    "step-time-vs-batch.png": step_time_figure,
+    "full-vs-piecewise.png": full_vs_piecewise_figure,
+    "padding-waste-per-ladder.png": padding_waste_figure,
+}
+
+
+def main(argv: "Sequence[str] | None" = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out-dir", type=Path, default=OUT_DIR, help=f"where to write (default {OUT_DIR})")
+    parser.add_argument("--only", action="append", choices=sorted(FIGURES), help="draw only this figure")
+    args = parser.parse_args(argv)
+    for name in args.only or FIGURES:
+        path = save_figure(FIGURES[name](), args.out_dir / name)
+        print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}  {path.stat().st_size / 1024:.0f} KiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
