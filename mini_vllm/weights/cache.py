@@ -1,0 +1,120 @@
+"""The on-disk cache of converted weights and tokenizers, written atomically.
+
+vLLM counterpart: vllm/model_executor/model_loader/weight_utils.py (`get_lock`, the
+file lock vLLM takes around downloads so that several workers do not fetch the same
+model at once) and vllm/envs.py (`VLLM_CACHE_ROOT`).
+
+Dequantizing the GGUF and building its tokenizer takes seconds; reading float32
+safetensors back takes a fraction of one. So the first load converts SmolLM2 into a
+directory under `$MINI_VLLM_CACHE` (default `~/.cache/mini_vllm`) and later loads
+read that directory.
+
+Two test processes (pytest-xdist workers) may ask at the same moment. Each entry is
+built in a temporary directory next to its final place and then renamed into place:
+a rename is atomic, so a reader sees either no entry or a complete one, never half a
+file, and a process that dies mid-conversion leaves only a temporary directory that
+nobody reads. A file lock (where the OS has one) makes the second process wait for
+the first instead of converting again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterator
+
+__all__ = ["CACHE_FORMAT", "cache_root", "converted_smollm2_dir", "publish_atomically"]
+
+# Bump when the converted layout changes, so old entries are not read by new code.
+CACHE_FORMAT = 2
+
+
+def cache_root() -> Path:
+    root = os.environ.get("MINI_VLLM_CACHE")
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "mini_vllm"
+
+
+@contextlib.contextmanager
+def _exclusive_lock(lock_path: Path) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): the atomic rename alone keeps entries whole
+        yield
+        return
+    with open(lock_path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# ANCHOR: publish_atomically
+def publish_atomically(final: Path, build: Callable[[Path], None]) -> Path:
+    """Return `final`, first building it with `build(tmp_dir)` if it does not exist yet."""
+    if final.is_dir():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive_lock(final.parent / f".{final.name}.lock"):
+        if final.is_dir():  # another process finished while we waited
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+        try:
+            build(tmp)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not final.is_dir():
+                    raise
+                # Lost a race with a process that holds no lock: its entry is as good.
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+# ANCHOR_END: publish_atomically
+
+
+def converted_smollm2_dir(progress: bool = True) -> Path:
+    """The cache directory holding SmolLM2-135M-Instruct converted for fast loading.
+
+    It holds config.json, the tokenizer files of a Hugging Face directory, and a
+    snapshot of the loaded CPU float32 model (weights/snapshot.py). Converts on first
+    use. The entry's name includes the GGUF file's size and modification time, so
+    reinstalling the package never serves stale weights.
+    """
+    from mini_vllm.weights.gguf_file import find_smollm2_gguf
+
+    gguf_path = find_smollm2_gguf()
+    stat = gguf_path.stat()
+    key = hashlib.sha1(f"{gguf_path.name}|{stat.st_size}|{stat.st_mtime_ns}|{CACHE_FORMAT}".encode()).hexdigest()[:12]
+    final = cache_root() / f"smollm2-135m-instruct-{key}"
+
+    def build(tmp: Path) -> None:
+        try:
+            from gguf import GGUFReader
+        except ImportError:
+            from mini_vllm.errors import UserError
+
+            raise UserError("reading the SmolLM2 GGUF needs the 'gguf' package: pip install gguf") from None
+        import torch
+
+        from mini_vllm.models.loader import build_model
+        from mini_vllm.tokenizer import save_tokenizer_from_gguf
+        from mini_vllm.weights.gguf_file import iter_gguf_weights, read_gguf_config
+        from mini_vllm.weights.snapshot import save_snapshot
+
+        reader = GGUFReader(str(gguf_path))
+        config = read_gguf_config(reader)
+        model = build_model(config, torch.device("cpu"), torch.float32)
+        model.load_weights(iter_gguf_weights(reader, config, progress=progress))
+        model.process_weights_after_loading()
+        save_snapshot(model, tmp)
+        with open(tmp / "config.json", "w", encoding="utf-8") as f:
+            json.dump(config.to_hf_dict(), f, indent=2)
+        save_tokenizer_from_gguf(gguf_path, tmp)
+
+    return publish_atomically(final, build)

@@ -1,0 +1,61 @@
+"""Shared fixtures for the package tests: models loaded once per test process.
+
+Loading SmolLM2 and transformers' reference takes seconds, so each is a session
+fixture: every pytest-xdist worker loads them at most once, and only if one of its
+tests asks. Tests that use the real weights are marked `real_weights`; when the
+weights package is missing they FAIL with the install command (CI installs it), they
+do not skip.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def _fail_without_weights(exc: Exception) -> None:
+    pytest.fail(f"real weights unavailable: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """(model, tokenizer, config) of SmolLM2-135M-Instruct on CPU, float32."""
+    from mini_vllm.errors import MissingWeightsError
+    from mini_vllm.models.loader import load_model
+
+    try:
+        return load_model("smollm2-135m-instruct", device="cpu", dtype=torch.float32, progress=False)
+    except MissingWeightsError as exc:
+        _fail_without_weights(exc)
+
+
+@pytest.fixture(scope="session")
+def hf_reference():
+    """(transformers LlamaForCausalLM, transformers tokenizer), both read from the same GGUF, float32.
+
+    The independent reference: transformers dequantizes and un-permutes the GGUF
+    with its own code (transformers/modeling_gguf_pytorch_utils.py).
+    """
+    import transformers
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    from mini_vllm.errors import MissingWeightsError
+    from mini_vllm.weights.gguf_file import find_smollm2_gguf
+
+    try:
+        gguf_path = find_smollm2_gguf()
+    except MissingWeightsError as exc:
+        _fail_without_weights(exc)
+    transformers.logging.set_verbosity_error()
+    folder, name = str(gguf_path.parent), gguf_path.name
+    model = LlamaForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    return model, tokenizer
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """(model, None, config): the `tiny` shape with seed-0 random weights, CPU float32."""
+    from mini_vllm.models.loader import load_model
+
+    return load_model("tiny", device="cpu", dtype=torch.float32, seed=0)
