@@ -41,7 +41,7 @@ freeing their blocks. Every `schedule()` must be followed by its `update_from_ou
 from __future__ import annotations
 
 from collections import deque
-from typing import Hashable, Sequence as SequenceT
+from typing import Hashable, Iterable, Sequence as SequenceT
 
 from mini_vllm.engine.block_manager import BlockManager
 from mini_vllm.engine.scheduler_config import SchedulerConfig
@@ -58,11 +58,18 @@ class Scheduler:
         self,
         config: SchedulerConfig,
         block_manager: BlockManager,
-        eos_token_id: int | None = None,
+        eos_token_id: "int | Iterable[int] | None" = None,
     ) -> None:
         self.config = config
         self.block_manager = block_manager
-        self.eos_token_id = eos_token_id  # None: only max_tokens / max_model_len stop a request
+        # None: only max_tokens / max_model_len stop a request. Llama 3 checkpoints
+        # have several end tokens, so keep a set.
+        if eos_token_id is None:
+            self.eos_token_ids: frozenset[int] = frozenset()
+        elif isinstance(eos_token_id, int):
+            self.eos_token_ids = frozenset({eos_token_id})
+        else:
+            self.eos_token_ids = frozenset(int(t) for t in eos_token_id)
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []  # admission order: the last one is the next victim
         self._failed: list[Sequence] = []  # failed since the last schedule(), not yet reported
@@ -267,7 +274,7 @@ class Scheduler:
 
     def _stop_reason(self, seq: Sequence, token: int) -> FinishReason | None:
         # EOS first, then the length caps: the order of vLLM's check_stop.
-        if token == self.eos_token_id and not seq.sampling_params.ignore_eos:
+        if token in self.eos_token_ids and not seq.sampling_params.ignore_eos:
             return FinishReason.STOP
         if seq.num_output_tokens >= seq.sampling_params.max_tokens:
             return FinishReason.LENGTH

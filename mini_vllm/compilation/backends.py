@@ -1,0 +1,104 @@
+"""Put the graph wrappers around a model: PIECEWISE around the pieces, FULL around the whole.
+
+vLLM counterpart: vllm/compilation/backends.py (`VllmBackend.__call__`: split the
+Dynamo graph, compile each piece, and replace each piece in the split module by a
+`PiecewiseBackend` wrapped in a PIECEWISE `CUDAGraphWrapper`) and
+vllm/v1/worker/gpu_model_runner.py (`load_model`: the FULL wrapper around the model
+when the mode has full graphs).
+
+`build_graph_forward` returns the callable the model runner calls instead of the bare
+model: for NONE the model itself; for a mode with piecewise graphs a split module whose
+pieces are wrapped; for a mode with full graphs a FULL wrapper around whichever of the
+two. Both wrappers can be present (FULL_AND_PIECEWISE): the forward context's runtime
+mode decides, each step, which level replays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from mini_vllm.compilation.cuda_graph import CUDAGraphWrapper, GraphCounters
+from mini_vllm.compilation.graph_backend import GraphBackend
+from mini_vllm.compilation.split import SplitItem, is_attention_node, split_graph, trace_with_opaque_attention
+from mini_vllm.config import CUDAGraphMode
+
+__all__ = ["GraphForward", "build_graph_forward", "wrap_pieces"]
+
+
+@dataclass
+class GraphForward:
+    """The runner's forward, and handles on what was built (for statistics and tests)."""
+
+    forward: Callable[..., Any]
+    counters: GraphCounters = field(default_factory=GraphCounters)
+    full_wrapper: CUDAGraphWrapper | None = None
+    piece_wrappers: list[CUDAGraphWrapper] = field(default_factory=list)
+    split_items: list[SplitItem] = field(default_factory=list)
+
+    @property
+    def num_captured_graphs(self) -> int:
+        wrappers = self.piece_wrappers + ([self.full_wrapper] if self.full_wrapper else [])
+        return sum(len(w.entries) for w in wrappers)
+
+
+# ANCHOR: wrap_pieces
+def wrap_pieces(
+    split_module: torch.fx.GraphModule,
+    items: list[SplitItem],
+    backend: GraphBackend,
+    pool: Any,
+    counters: GraphCounters,
+    compile_piece: Callable[[torch.nn.Module, int], Callable[..., Any]] | None = None,
+) -> list[CUDAGraphWrapper]:
+    """Replace each non-attention piece of the split module by a PIECEWISE wrapper of it."""
+    wrappers = []
+    first = True
+    for item in items:
+        if item.is_splitting_graph:
+            continue  # attention: stays eager, sees the step's real metadata
+        runnable = compile_piece(item.module, item.graph_id) if compile_piece else item.module
+        wrapper = CUDAGraphWrapper(
+            runnable, CUDAGraphMode.PIECEWISE, backend, pool, name=item.submod_name,
+            counters=counters, gc_disable=not first,
+        )
+        # Bypass nn.Module.__setattr__: the generated forward looks the piece up by name.
+        split_module.__dict__[item.submod_name] = wrapper
+        wrappers.append(wrapper)
+        first = False
+    return wrappers
+# ANCHOR_END: wrap_pieces
+
+
+# ANCHOR: build_graph_forward
+def build_graph_forward(
+    model: torch.nn.Module,
+    mode: CUDAGraphMode,
+    backend: GraphBackend,
+    *,
+    pool: Any = None,
+    debug: bool = False,
+) -> GraphForward:
+    """Wrap `model` (a module whose forward takes input_ids and positions) for `mode`."""
+    counters = GraphCounters()
+    if mode is CUDAGraphMode.NONE:
+        return GraphForward(model, counters)
+    forward: Callable[..., Any] = model
+    result = GraphForward(model, counters)
+    if mode.requires_piecewise_compilation():
+        traced = trace_with_opaque_attention(model)
+        split, items = split_graph(traced, is_attention_node(traced))
+        result.piece_wrappers = wrap_pieces(split, items, backend, pool, counters)
+        result.split_items = items
+        forward = split
+    if mode.has_full_cudagraphs():
+        result.full_wrapper = CUDAGraphWrapper(
+            forward, CUDAGraphMode.FULL, backend, pool, name=f"{type(model).__name__} (full)", debug=debug,
+            counters=counters,
+        )
+        forward = result.full_wrapper
+    result.forward = forward
+    return result
+# ANCHOR_END: build_graph_forward

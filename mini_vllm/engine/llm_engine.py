@@ -1,0 +1,70 @@
+"""The engine loop: requests in, one scheduler step and one model step at a time, outputs out.
+
+vLLM counterpart: vllm/v1/engine/llm_engine.py and vllm/v1/engine/core.py
+(`EngineCore.step`: schedule, execute the model, update from the output). nano-vllm:
+nanovllm/engine/llm_engine.py. Everything runs in one process here; vLLM runs the
+scheduler and the workers in separate processes and overlaps them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import torch
+
+from mini_vllm.engine.block_manager import BlockManager
+from mini_vllm.engine.engine_config import EngineConfig
+from mini_vllm.engine.model_runner import ModelRunner
+from mini_vllm.engine.scheduler import Scheduler
+from mini_vllm.engine.sequence import FinishReason, Sequence
+from mini_vllm.engine.stats import EngineStats
+from mini_vllm.sampling_params import SamplingParams
+
+__all__ = ["LLMEngine"]
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig, model: torch.nn.Module, tokenizer=None,
+                 capture_progress: bool = True) -> None:
+        self.config = config
+        self.model = model
+        self.tokenizer = tokenizer
+        model_len = model.config.max_position_embeddings
+        self.max_model_len = min(config.max_model_len or model_len, model_len)
+        # Default KV budget: every running request can reach the full length.
+        num_blocks = config.num_kv_blocks or config.max_num_seqs * math.ceil(self.max_model_len / config.block_size)
+        self.block_manager = BlockManager(num_blocks, config.block_size, enable_prefix_caching=config.enable_prefix_caching)
+        eos = model.config.eos_token_id
+        self.scheduler = Scheduler(config.scheduler_config(self.max_model_len), self.block_manager, eos_token_id=eos)
+        self.runner = ModelRunner(model, config, self.max_model_len, num_blocks)
+        # Phase 05: capture every graph now, before serving; the window then closes.
+        self.runner.capture_model(progress=capture_progress)
+        self.stats = EngineStats()
+        self._next_id = 0
+
+    def add_request(self, prompt_token_ids: Iterable[int], params: SamplingParams) -> Sequence:
+        """Queue a request. One the engine can never serve (longer than max_model_len, or
+        more KV than the whole cache) finishes with an error at its first step; the
+        other requests are not affected. An empty prompt is refused here (ValueError)."""
+        seq = Sequence(self._next_id, list(prompt_token_ids), params)
+        self._next_id += 1
+        self.scheduler.add_request(seq)
+        return seq
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    # ANCHOR: engine_step
+    def step(self) -> list[Sequence]:
+        """One scheduler step and one forward; returns the requests that finished in it."""
+        output = self.scheduler.schedule()
+        sampled = self.runner.execute_model(output) if not output.is_empty else []
+        finished = self.scheduler.update_from_output(output, sampled)
+        if not output.is_empty:
+            self.stats.record(self.runner.last_step)
+        self.stats.num_preemptions = self.scheduler.num_preemptions
+        self.stats.num_failed_requests += sum(1 for seq in finished if seq.finish_reason is FinishReason.ERROR)
+        self.runner.free_requests([seq.seq_id for seq in finished])
+        return finished
+    # ANCHOR_END: engine_step

@@ -1,0 +1,259 @@
+"""The model runner: one scheduler step in, one sampled token per sampling row out.
+
+vLLM counterpart: vllm/v1/worker/gpu_model_runner.py (`GPUModelRunner`: persistent
+input buffers, `_prepare_inputs`, `execute_model`, `capture_model`) with the KV
+cache allocation of `initialize_kv_cache`. nano-vllm: nanovllm/engine/model_runner.py.
+
+The runner owns the KV cache and a set of *persistent* device buffers (`input_ids`,
+`positions`, `slot_mapping`, `seq_lens`, `block_tables`) sized for the largest batch.
+Each step copies the step's inputs into the front of those buffers and runs the model
+on views of them. Eagerly, fresh tensors would do as well; the point of persistent
+buffers is Phase 05: a captured CUDA graph reads fixed addresses, so the inputs must
+always live at the same place.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Sequence as SequenceT
+
+import torch
+
+from mini_vllm.attention.paged import PagedAttentionBackend, PagedAttentionMetadata, allocate_paged_kv_caches
+from mini_vllm.capture_sizes import default_capture_sizes, normalize_capture_sizes
+from mini_vllm.compilation.backends import GraphForward, build_graph_forward
+from mini_vllm.compilation.graph_backend import graph_backend_for
+from mini_vllm.compilation.monitor import set_cudagraph_capturing_enabled
+from mini_vllm.config import CUDAGraphMode, resolve_cudagraph_mode
+from mini_vllm.cudagraph_dispatcher import CudagraphDispatcher
+from mini_vllm.engine.engine_config import EngineConfig
+from mini_vllm.engine.model_inputs import ModelInputs, pad_inputs, prepare_inputs
+from mini_vllm.engine.scheduler_output import SchedulerOutput
+from mini_vllm.engine.stats import StepRecord
+from mini_vllm.forward_context import BatchDescriptor, set_forward_context
+from mini_vllm.layers.attention import bind_kv_caches
+from mini_vllm.layers.sampler import Sampler, make_generator
+
+__all__ = ["CaptureReport", "ModelRunner"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CaptureReport:
+    num_graphs: int  # graphs captured, pieces counted one by one
+    sizes: list[int]  # capture sizes, as tried (largest first)
+    seconds: float
+    graph_memory_bytes: int | None  # free device memory before minus after; None on CPU
+
+
+class ModelRunner:
+    def __init__(self, model: torch.nn.Module, config: EngineConfig, max_model_len: int, num_kv_blocks: int) -> None:
+        self.model = model
+        self.config = config
+        weight = next(model.parameters())
+        self.device, self.dtype = weight.device, weight.dtype
+        mc = model.config
+        self.block_size = config.block_size
+        self.max_model_len = max_model_len
+        self.max_num_tokens = config.max_num_batched_tokens
+        self.max_blocks_per_seq = math.ceil(max_model_len / config.block_size)
+
+        # ANCHOR: kv_cache
+        self.num_kv_blocks = num_kv_blocks
+        self.kv_caches = allocate_paged_kv_caches(
+            mc.num_hidden_layers, num_kv_blocks, config.block_size, mc.num_key_value_heads, mc.head_dim,
+            self.dtype, self.device,
+        )
+        self.attn_backend = PagedAttentionBackend()
+        bind_kv_caches(model, self.attn_backend, self.kv_caches)
+        # ANCHOR_END: kv_cache
+
+        # ANCHOR: persistent_buffers
+        # Sized for the largest batch a step can hold. Row buffers get one row per
+        # token: a uniform-decode batch padded to a graph size has that many rows.
+        n = self.max_num_tokens
+        self.input_ids = torch.zeros(n, dtype=torch.long, device=self.device)
+        self.positions = torch.zeros(n, dtype=torch.long, device=self.device)
+        self.slot_mapping = torch.full((n,), -1, dtype=torch.long, device=self.device)
+        self.seq_lens = torch.zeros(n, dtype=torch.long, device=self.device)
+        self.block_tables = torch.zeros(n, self.max_blocks_per_seq, dtype=torch.long, device=self.device)
+        # ANCHOR_END: persistent_buffers
+
+        # ANCHOR: graph_setup
+        # Phase 05: which graphs exist. Attention can always be split here (the model
+        # is traced with torch.fx and cut at its Attention layers, or compiled and cut
+        # at the attention op), so the downgrade only depends on the backend's support.
+        self.cudagraph_mode = resolve_cudagraph_mode(
+            config.cudagraph_mode, self.attn_backend.cudagraph_support, attention_is_split=True
+        )
+        if self.cudagraph_mode is CUDAGraphMode.NONE:
+            self.capture_sizes: list[int] = []
+        elif config.cudagraph_capture_sizes is not None:
+            self.capture_sizes = normalize_capture_sizes(config.cudagraph_capture_sizes, self.max_num_tokens)
+        else:
+            self.capture_sizes = default_capture_sizes(config.max_num_seqs, self.max_num_tokens)
+        self.dispatcher = CudagraphDispatcher(self.cudagraph_mode, self.capture_sizes, config.max_num_seqs)
+        self.graph_backend = graph_backend_for(self.device)
+        self.graphs: GraphForward = build_graph_forward(
+            model.model, self.cudagraph_mode, self.graph_backend,
+            pool=self.graph_backend.new_pool() if self.cudagraph_mode is not CUDAGraphMode.NONE else None,
+            debug=config.debug_cudagraphs,
+        )
+        self.capture_report: CaptureReport | None = None
+        # ANCHOR_END: graph_setup
+
+        self.sampler = Sampler()
+        self._generators: dict[object, torch.Generator | None] = {}
+        self.last_step: StepRecord | None = None
+
+    # -- per-step work ---------------------------------------------------------------
+
+    def dispatch(self, inputs: ModelInputs) -> tuple[CUDAGraphMode, BatchDescriptor]:
+        """Which graph this batch runs on, and the padded key (eager batches stay unpadded)."""
+        if self.capture_report is None:  # nothing captured (eager engine, or before capture)
+            return CUDAGraphMode.NONE, BatchDescriptor(inputs.num_tokens, uniform=inputs.uniform_decode)
+        return self.dispatcher.dispatch(inputs.num_tokens, inputs.uniform_decode)
+
+    # ANCHOR: copy_inputs
+    def _copy_in(self, inputs: ModelInputs, table_width: int) -> PagedAttentionMetadata:
+        """Write the step's inputs into the front of the persistent buffers."""
+        n, reqs = inputs.num_tokens, inputs.num_reqs
+        as_tensor = lambda values: torch.tensor(values, dtype=torch.long)  # noqa: E731
+        self.input_ids[:n].copy_(as_tensor(inputs.input_ids), non_blocking=True)
+        self.positions[:n].copy_(as_tensor(inputs.positions), non_blocking=True)
+        self.slot_mapping[:n].copy_(as_tensor(inputs.slot_mapping), non_blocking=True)
+        self.seq_lens[:reqs].copy_(as_tensor(inputs.seq_lens), non_blocking=True)
+        tables = torch.zeros(reqs, table_width, dtype=torch.long)
+        for row, table in enumerate(inputs.block_tables):
+            tables[row, : len(table)] = torch.tensor(table, dtype=torch.long)
+        self.block_tables[:reqs, :table_width].copy_(tables, non_blocking=True)
+        return PagedAttentionMetadata(
+            slot_mapping=self.slot_mapping[:n],
+            block_tables=self.block_tables[:reqs, :table_width],
+            seq_lens=self.seq_lens[:reqs],
+            query_lens=inputs.query_lens,
+            seq_lens_host=inputs.seq_lens,
+            uniform_decode=inputs.uniform_decode,
+        )
+    # ANCHOR_END: copy_inputs
+
+    def _table_width(self, inputs: ModelInputs, runtime_mode: CUDAGraphMode) -> int:
+        if runtime_mode is CUDAGraphMode.FULL:
+            return self.max_blocks_per_seq  # a captured graph reads the whole table, always
+        longest = max(inputs.seq_lens, default=1)
+        return max(1, math.ceil(longest / self.block_size))
+
+    # ANCHOR: execute_model
+    @torch.inference_mode()
+    def execute_model(self, output: SchedulerOutput) -> list[int | None]:
+        """Run one step; return the sampled token of each row (None: the row samples nothing)."""
+        start = time.perf_counter()
+        inputs = prepare_inputs(output)
+        runtime_mode, descriptor = self.dispatch(inputs)
+        padded = pad_inputs(inputs, descriptor.num_tokens)
+        metadata = self._copy_in(padded, self._table_width(padded, runtime_mode))
+        n = padded.num_tokens
+        with set_forward_context(runtime_mode, descriptor, metadata):
+            hidden_states = self.graphs.forward(self.input_ids[:n], self.positions[:n])
+        sampled: list[int | None] = [None] * output.num_reqs
+        if inputs.logits_indices:
+            # Only the rows that sample go through the LM head, after the graph (if any).
+            rows = torch.tensor(inputs.logits_indices, dtype=torch.long, device=self.device)
+            logits = self.model.compute_logits(hidden_states.index_select(0, rows))
+            seqs = [output.scheduled[r].seq for r in inputs.sampling_rows]
+            params = [seq.sampling_params for seq in seqs]
+            generators = [self._generator(seq) for seq in seqs]
+            tokens = self.sampler(logits, params, generators).tolist()
+            for row, token in zip(inputs.sampling_rows, tokens):
+                sampled[row] = token
+        self.last_step = self._record(output, inputs, padded, runtime_mode, time.perf_counter() - start)
+        return sampled
+    # ANCHOR_END: execute_model
+
+    # -- Phase 05: capture ------------------------------------------------------------
+
+    def _dummy_inputs(self, descriptor: BatchDescriptor) -> ModelInputs:
+        """A batch with the descriptor's shape whose rows write nothing to the KV cache."""
+        n = descriptor.num_tokens
+        rows = n if descriptor.uniform else 1  # a mixed key: one request of n tokens
+        return ModelInputs(
+            input_ids=[0] * n, positions=[0] * n, slot_mapping=[-1] * n,
+            query_lens=[1] * n if descriptor.uniform else [n],
+            seq_lens=[1] * rows if descriptor.uniform else [n],
+            block_tables=[[] for _ in range(rows)], logits_indices=[], sampling_rows=[],
+            uniform_decode=descriptor.uniform, num_real_tokens=n,
+        )
+
+    # ANCHOR: capture_model
+    @torch.inference_mode()
+    def capture_model(self, progress: bool = True) -> CaptureReport | None:
+        """Capture every graph the dispatcher may ask for, largest first; then close the window."""
+        keys = self.dispatcher.all_keys()  # mixed sizes largest first, then uniform FULL sizes
+        if not keys:
+            return None
+        from tqdm.auto import tqdm
+
+        start = time.perf_counter()
+        free_before = self.graph_backend.free_memory()
+        gc.collect()
+        gc.freeze()  # capture creates many objects; don't let the collector walk them all
+        set_cudagraph_capturing_enabled(True)
+        try:
+            for mode, descriptor in tqdm(keys, desc=f"capturing {self.cudagraph_mode.name} graphs",
+                                         unit="graph", disable=not progress):
+                inputs = self._dummy_inputs(descriptor)
+                n = inputs.num_tokens
+                width = self._table_width(inputs, mode)
+                metadata = self._copy_in(inputs, width)
+                with self.graph_backend.warmup_context(), set_forward_context(CUDAGraphMode.NONE, descriptor, metadata):
+                    self.graphs.forward(self.input_ids[:n], self.positions[:n])
+                with set_forward_context(mode, descriptor, metadata):
+                    self.graphs.forward(self.input_ids[:n], self.positions[:n])
+            self.graph_backend.synchronize()
+        finally:
+            set_cudagraph_capturing_enabled(False)
+            gc.unfreeze()
+        free_after = self.graph_backend.free_memory()
+        memory = free_before - free_after if free_before is not None and free_after is not None else None
+        self.capture_report = CaptureReport(
+            num_graphs=self.graphs.num_captured_graphs,
+            sizes=sorted({k.num_tokens for _, k in keys}, reverse=True),
+            seconds=time.perf_counter() - start,
+            graph_memory_bytes=memory,
+        )
+        logger.info(
+            "captured %d graphs for %d sizes in %.2f s%s", self.capture_report.num_graphs,
+            len(self.capture_report.sizes), self.capture_report.seconds,
+            "" if memory is None else f", graph memory {memory / 2**20:.1f} MiB",
+        )
+        return self.capture_report
+    # ANCHOR_END: capture_model
+
+    def _generator(self, seq) -> torch.Generator | None:
+        if seq.seq_id not in self._generators:
+            self._generators[seq.seq_id] = make_generator(seq.sampling_params, self.device)
+        return self._generators[seq.seq_id]
+
+    def free_requests(self, seq_ids: SequenceT[object]) -> None:
+        """Forget per-request state (sampling generators) of finished requests."""
+        for seq_id in seq_ids:
+            self._generators.pop(seq_id, None)
+
+    @staticmethod
+    def _record(output, inputs: ModelInputs, padded: ModelInputs, mode: CUDAGraphMode, seconds: float) -> StepRecord:
+        prefill = sum(row.num_new_tokens for row in output.scheduled if row.is_prefill)
+        return StepRecord(
+            num_reqs=inputs.num_reqs,
+            num_tokens=inputs.num_tokens,
+            num_padded_tokens=padded.num_tokens,
+            num_prefill_tokens=prefill,
+            num_decode_tokens=inputs.num_tokens - prefill,
+            uniform_decode=inputs.uniform_decode,
+            runtime_mode=mode.name,
+            seconds=seconds,
+        )

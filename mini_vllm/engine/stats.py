@@ -1,0 +1,104 @@
+"""What the engine did, step by step, and the numbers production engineers watch.
+
+vLLM counterpart: vllm/v1/metrics/stats.py (`SchedulerStats`, `IterationStats`) and
+the CUDA-graph accounting of vllm/compilation/cuda_graph.py (`CUDAGraphStat`:
+unpadded tokens, padded tokens, runtime mode per step). The graph metrics follow the
+course's production chapter: `decode_graph_hit_rate` is the share of decode steps
+that replayed a graph, `padding_waste` the padded tokens over the real ones.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+__all__ = ["EngineStats", "StepRecord"]
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One forward of the model runner."""
+
+    num_reqs: int  # rows in the batch (before padding)
+    num_tokens: int  # real tokens
+    num_padded_tokens: int  # tokens after padding to a captured size (== num_tokens when eager)
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    uniform_decode: bool  # every row decodes one token
+    runtime_mode: str  # "NONE", "PIECEWISE" or "FULL"
+    seconds: float  # wall time of the forward and sampling
+
+
+@dataclass
+class EngineStats:
+    steps: list[StepRecord] = field(default_factory=list)
+    num_preemptions: int = 0
+    num_failed_requests: int = 0
+
+    def record(self, step: StepRecord) -> None:
+        self.steps.append(step)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.steps)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(s.num_prefill_tokens for s in self.steps)
+
+    @property
+    def decode_tokens(self) -> int:
+        return sum(s.num_decode_tokens for s in self.steps)
+
+    @property
+    def batch_size_histogram(self) -> Counter:
+        """{rows in the batch: steps} over every step."""
+        return Counter(s.num_reqs for s in self.steps)
+
+    @property
+    def decode_batch_size_histogram(self) -> Counter:
+        """{rows: steps} over uniform-decode steps only: the trace a capture ladder is chosen from."""
+        return Counter(s.num_reqs for s in self.steps if s.uniform_decode)
+
+    @property
+    def steps_per_runtime_mode(self) -> Counter:
+        return Counter(s.runtime_mode for s in self.steps)
+
+    @property
+    def decode_graph_hit_rate(self) -> float:
+        """Share of uniform-decode steps that replayed a graph (FULL or PIECEWISE)."""
+        decode = [s for s in self.steps if s.uniform_decode]
+        if not decode:
+            return 0.0
+        return sum(1 for s in decode if s.runtime_mode != "NONE") / len(decode)
+
+    @property
+    def padding_waste(self) -> float:
+        """Padded tokens over real tokens, over every step (eager steps add no padding)."""
+        real = sum(s.num_tokens for s in self.steps)
+        padded = sum(s.num_padded_tokens - s.num_tokens for s in self.steps)
+        return padded / real if real else 0.0
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "steps": self.num_steps,
+            "prefill_tokens": self.prefill_tokens,
+            "decode_tokens": self.decode_tokens,
+            "preemptions": self.num_preemptions,
+            "failed_requests": self.num_failed_requests,
+            "batch_size_histogram": dict(sorted(self.batch_size_histogram.items())),
+            "steps_per_runtime_mode": dict(self.steps_per_runtime_mode),
+            "decode_graph_hit_rate": round(self.decode_graph_hit_rate, 4),
+            "padding_waste": round(self.padding_waste, 4),
+        }
+
+    def format(self) -> str:
+        """A few lines for a terminal."""
+        hist = ", ".join(f"{k}:{v}" for k, v in sorted(self.batch_size_histogram.items()))
+        modes = ", ".join(f"{k} {v}" for k, v in sorted(self.steps_per_runtime_mode.items()))
+        return (
+            f"steps {self.num_steps} ({modes}); prefill tokens {self.prefill_tokens}, "
+            f"decode tokens {self.decode_tokens}; preemptions {self.num_preemptions}\n"
+            f"batch sizes {{{hist}}}\n"
+            f"decode graph hit rate {self.decode_graph_hit_rate:.1%}, padding waste {self.padding_waste:.1%}"
+        )

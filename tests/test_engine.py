@@ -1,0 +1,115 @@
+"""The engine end to end on the tiny model: continuous batching changes nothing a request sees.
+
+32 prompts of random lengths run together under a KV budget small enough to force
+preemption; each output must equal the same prompt run alone, no request may be lost
+or duplicated, and every block must be free afterwards.
+"""
+
+import random
+
+import pytest
+
+from mini_vllm import LLM, SamplingParams
+from mini_vllm.engine.model_inputs import pad_inputs, prepare_inputs
+
+GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+
+
+def random_prompts(n=32, seed=0, vocab=256, longest=40):
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(rng.randint(1, longest))] for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def alone_outputs():
+    llm = LLM("tiny", max_num_seqs=1, max_model_len=128)
+    return [llm.generate([p], GREEDY, use_tqdm=False)[0].token_ids for p in random_prompts()]
+
+
+def test_batched_with_preemption_equals_each_prompt_alone(alone_outputs):
+    # 20 blocks of 4 tokens hold 80 tokens: the longest request (40 + 24) fits alone,
+    # but eight running together do not, so the scheduler must preempt.
+    llm = LLM("tiny", max_num_seqs=8, max_model_len=128, block_size=4, num_kv_blocks=20, max_num_batched_tokens=64)
+    outputs = llm.generate(random_prompts(), GREEDY, use_tqdm=False)
+    assert llm.stats.num_preemptions > 0
+    assert [o.token_ids for o in outputs] == alone_outputs
+    assert [o.prompt_token_ids for o in outputs] == random_prompts()  # prompt order, none lost or duplicated
+    assert len({o.request_id for o in outputs}) == len(outputs)
+    assert all(o.finish_reason == "length" and len(o.token_ids) == 24 for o in outputs)
+    bm = llm.engine.block_manager
+    assert bm.num_free_blocks == 20 and bm.num_used_blocks == 0
+
+
+def test_batching_actually_batches_and_stats_add_up(alone_outputs):
+    llm = LLM("tiny", max_num_seqs=8, max_model_len=128)
+    outputs = llm.generate(random_prompts(), GREEDY, use_tqdm=False)
+    assert [o.token_ids for o in outputs] == alone_outputs
+    stats = llm.stats
+    assert max(stats.batch_size_histogram) == 8
+    assert sum(stats.batch_size_histogram.values()) == stats.num_steps
+    assert stats.prefill_tokens == sum(len(p) for p in random_prompts())
+    # Every generated token but each request's first comes from a decode row.
+    assert stats.decode_tokens == 32 * (24 - 1)
+    assert stats.steps_per_runtime_mode == {"NONE": stats.num_steps}
+
+
+def test_bad_prompts_fail_alone_with_a_reason():
+    llm = LLM("tiny", max_num_seqs=4, max_model_len=64)
+    outputs = llm.generate([[5, 6, 7], [], [1] * 100, [8, 9]], SamplingParams(temperature=0, max_tokens=4),
+                           use_tqdm=False)
+    assert [o.finish_reason for o in outputs] == ["length", "error", "error", "length"]
+    assert "empty" in outputs[1].error
+    assert "100 tokens" in outputs[2].error and "max_model_len=64" in outputs[2].error
+    assert len(outputs[0].token_ids) == 4 and len(outputs[3].token_ids) == 4
+    assert llm.stats.num_failed_requests == 2
+
+
+@pytest.mark.parametrize("bad", [dict(max_tokens=0), dict(temperature=-1), dict(top_p=0), dict(beam_width=4)])
+def test_bad_sampling_options_are_rejected_up_front(bad):
+    with pytest.raises(ValueError) as info:
+        SamplingParams(**bad)
+    assert next(iter(bad)) in str(info.value)
+
+
+def test_unknown_engine_option_lists_the_known_ones():
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        LLM("tiny", max_num_sequences=4)
+
+
+def test_text_prompts_use_the_model_tokenizer():
+    llm = LLM("tiny", max_num_seqs=2, max_model_len=64)
+    out = llm.generate("hello", SamplingParams(temperature=0, max_tokens=3), use_tqdm=False)[0]
+    assert out.prompt == "hello" and out.prompt_token_ids and len(out.token_ids) == 3
+
+
+def test_seeded_sampling_is_reproducible_and_independent_of_the_batch():
+    params = SamplingParams(temperature=1.0, top_k=20, seed=7, max_tokens=8, ignore_eos=True)
+    prompts = random_prompts(n=6, seed=3)
+    alone = LLM("tiny", max_num_seqs=1, max_model_len=128).generate([prompts[2]], params, use_tqdm=False)[0]
+    batched = LLM("tiny", max_num_seqs=6, max_model_len=128).generate(prompts, params, use_tqdm=False)[2]
+    assert alone.token_ids == batched.token_ids
+
+
+def test_prepare_and_pad_inputs_of_a_mixed_batch():
+    from mini_vllm.engine.block_manager import BlockManager
+    from mini_vllm.engine.scheduler import Scheduler, SchedulerConfig
+    from mini_vllm.engine.sequence import Sequence
+
+    scheduler = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=16, max_model_len=64),
+                          BlockManager(16, 4))
+    scheduler.add_request(Sequence(0, [10, 11, 12, 13, 14], GREEDY))
+    out = scheduler.schedule()
+    scheduler.update_from_output(out, [99])
+    scheduler.add_request(Sequence(1, [20, 21, 22], GREEDY))
+    out = scheduler.schedule()  # request 0 decodes one token, request 1 prefills three
+    inputs = prepare_inputs(out)
+    table0, table1 = (list(row.block_table) for row in out.scheduled)
+    assert inputs.input_ids == [99, 20, 21, 22]
+    assert inputs.positions == [5, 0, 1, 2]
+    assert inputs.slot_mapping == [table0[1] * 4 + 1, table1[0] * 4, table1[0] * 4 + 1, table1[0] * 4 + 2]
+    assert inputs.query_lens == [1, 3] and inputs.seq_lens == [6, 3]
+    assert inputs.query_start_loc == [0, 1, 4]
+    assert inputs.logits_indices == [0, 3] and not inputs.uniform_decode
+    padded = pad_inputs(inputs, 8)
+    assert padded.slot_mapping[4:] == [-1] * 4 and padded.input_ids[4:] == [0] * 4
+    assert padded.query_lens == [1, 3] and padded.num_real_tokens == 4
