@@ -52,6 +52,7 @@ from mini_vllm.tokenizer import IncrementalDetokenizer, TokenizerLike
 __all__ = ["GenerationResult", "full_forward_logits", "generate", "generate_lockstep", "run_model_step"]
 
 
+# ANCHOR: generation_result
 @dataclass
 class GenerationResult:
     prompt_token_ids: list[int]
@@ -60,6 +61,7 @@ class GenerationResult:
     finish_reason: str | None = None  # "stop" (EOS) or "length" (max_tokens or context full)
     ttft_s: float = 0.0  # request start -> first token sampled (prefill + sampling)
     itl_s: list[float] = field(default_factory=list)  # gaps between consecutive tokens
+# ANCHOR_END: generation_result
 
     @property
     def num_generated(self) -> int:
@@ -98,7 +100,7 @@ def _resolve_cpu_threads(threads: int | str | None) -> int | None:
 
 
 @contextlib.contextmanager
-def _cpu_threads(device: torch.device, threads: int | str | None) -> Iterator[None]:
+def cpu_threads_context(device: torch.device, threads: int | str | None) -> Iterator[None]:
     """Run the block with `threads` intra-op threads (CPU only; None: leave as is)."""
     threads = _resolve_cpu_threads(threads)
     if device.type != "cpu" or threads is None or threads == torch.get_num_threads():
@@ -112,6 +114,7 @@ def _cpu_threads(device: torch.device, threads: int | str | None) -> Iterator[No
         torch.set_num_threads(previous)
 
 
+# ANCHOR: run_model_step
 def run_model_step(model, input_ids: torch.Tensor, positions: torch.Tensor,
                    metadata: ContiguousAttentionMetadata, sample_rows: torch.Tensor | None = None) -> torch.Tensor:
     """One forward with the step's metadata in the forward context.
@@ -125,8 +128,10 @@ def run_model_step(model, input_ids: torch.Tensor, positions: torch.Tensor,
         # prompt's last token, not all of them).
         hidden_states = hidden_states.index_select(0, sample_rows)
     return model.compute_logits(hidden_states)
+# ANCHOR_END: run_model_step
 
 
+# ANCHOR: full_forward_logits
 def full_forward_logits(model, token_ids: Sequence[int]) -> torch.Tensor:
     """Logits at every position of `token_ids` `[T, vocab]`: one prefill with a fresh cache.
 
@@ -145,6 +150,7 @@ def full_forward_logits(model, token_ids: Sequence[int]) -> torch.Tensor:
             return run_model_step(model, ids, positions, ContiguousAttentionMetadata.prefill(1, n))
     finally:
         bind_kv_caches(model, None, None)
+# ANCHOR_END: full_forward_logits
 
 
 def generate_lockstep(
@@ -195,15 +201,15 @@ def generate_lockstep(
     detoks = [IncrementalDetokenizer(tokenizer) if tokenizer is not None else None for _ in prompts]
     finished = [False] * batch
 
-    def accept(token_ids: list[int], out_of_room: bool) -> None:
+    def accept(token_ids: list[int]) -> None:
         for i, token_id in enumerate(token_ids):
             if finished[i]:
                 continue
             result = results[i]
             result.token_ids.append(token_id)
             reason = check_stop(token_id, result.num_generated, params_list[i], eos_ids)
-            if reason is None and out_of_room:
-                reason = "length"  # the context is full: no position left for this token
+            if reason is None and prompt_len + result.num_generated >= limit:
+                reason = "length"  # prompt + output reached the context limit (vLLM's check_stop)
             if reason is not None:
                 finished[i], result.finish_reason = True, reason
             delta = ""
@@ -213,7 +219,7 @@ def generate_lockstep(
                 on_token(i, token_id, delta)
 
     try:
-        with torch.inference_mode(), _cpu_threads(device, cpu_threads):
+        with torch.inference_mode(), cpu_threads_context(device, cpu_threads):
             # ANCHOR: prefill
             input_ids = torch.tensor([t for p in prompts for t in p], dtype=torch.long, device=device)
             positions = torch.arange(prompt_len, device=device).repeat(batch)
@@ -227,7 +233,7 @@ def generate_lockstep(
             # ANCHOR_END: prefill
             for result in results:
                 result.ttft_s = now - start
-            accept(token_list, out_of_room=prompt_len >= max_len)
+            accept(token_list)
             previous = now
 
             # ANCHOR: decode_loop
@@ -246,7 +252,7 @@ def generate_lockstep(
                     if not finished[i]:
                         result.itl_s.append(now - previous)
                 previous = now
-                accept(token_list, out_of_room=position + 1 >= max_len)
+                accept(token_list)
                 position += 1
             # ANCHOR_END: decode_loop
     finally:

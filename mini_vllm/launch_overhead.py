@@ -33,6 +33,7 @@ __all__ = [
     "get_preset",
     "graph_timeline",
     "kernel_gpu_us",
+    "refit_preset",
     "render_ascii",
     "simulate_step",
     "step_time_us",
@@ -103,6 +104,9 @@ class Preset:
     kernels: tuple[Kernel, ...]
     # What the preset was fitted to: {batch size: (eager ms, graph ms)}.
     reference_ms: dict[int, tuple[float, float]]
+    # The model shape the kernel list was built from (`_llama_kernels` arguments),
+    # so that `refit_preset` can rebuild it with another kernel count.
+    shape: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -330,6 +334,11 @@ H100_PEAK_BF16 = 989e12
 H100_EAGER_GAP_US = 5.0
 GRAPH_LAUNCH_US = 10.0  # one cudaGraphLaunch: a few to ~10 µs of host time, noise next to a step
 
+_LLAMA31_8B = dict(layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, mlp=14336, vocab=128256,
+                   context_len=6144, extra_per_layer=4, sampler_kernels=10)
+_SMOLLM2_135M = dict(layers=30, hidden=576, heads=9, kv_heads=3, head_dim=64, mlp=1536, vocab=49152,
+                     context_len=128, extra_per_layer=35, sampler_kernels=11)
+
 PRESETS: dict[str, Preset] = {
     # Fitted to the Llama-3.1-8B table of COURSE_SPEC §5 (decode ms/step, eager -> graph).
     "h100-llama3.1-8b": Preset(
@@ -355,11 +364,9 @@ PRESETS: dict[str, Preset] = {
         # with fused norms and activations, plus 4 small housekeeping ones. The table does
         # not state its context; its graph step grows ~0.35 ms a sequence (5.1 -> 16.1 ms
         # from batch 1 to 32), about 1 GB of KV read at 3 TB/s: several thousand tokens.
-        kernels=_llama_kernels(
-            layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, mlp=14336, vocab=128256,
-            context_len=6144, extra_per_layer=4, sampler_kernels=10,
-        ),
+        kernels=_llama_kernels(**_LLAMA31_8B),
         reference_ms={1: (8.4, 5.1), 4: (9.2, 6.0), 16: (12.1, 9.3), 32: (18.7, 16.1)},
+        shape=_LLAMA31_8B,
     ),
     # Our own H100 run (§5): a naive static-KV-cache Llama in SmolLM2-135M's shape, batch 1,
     # context 128: eager 20.6 ms, one CUDA graph 2.87 ms, 1394 kernels.
@@ -380,11 +387,9 @@ PRESETS: dict[str, Preset] = {
         # MLP 1536, vocabulary 49152, tied head. Unfused RMSNorm, rotary and the cache
         # update make ~46 kernels a layer: 11 counted by kind plus 35 small ones, and 11
         # for the argmax tail, 1394 in all as measured.
-        kernels=_llama_kernels(
-            layers=30, hidden=576, heads=9, kv_heads=3, head_dim=64, mlp=1536, vocab=49152,
-            context_len=128, extra_per_layer=35, sampler_kernels=11,
-        ),
+        kernels=_llama_kernels(**_SMOLLM2_135M),
         reference_ms={1: (20.6, 2.87)},
+        shape=_SMOLLM2_135M,
     ),
 }
 # ANCHOR_END: presets
@@ -396,3 +401,45 @@ def get_preset(name: str) -> Preset:
         return PRESETS[name]
     except KeyError:
         raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(sorted(PRESETS))}") from None
+
+
+# ANCHOR: refit
+def refit_preset(preset: "Preset | str", *, eager_ms: float, num_kernels: int, batch: int = 1) -> Preset:
+    """The preset re-fitted to a measured eager step: its kernel count and its launch cost.
+
+    The GPU side (bandwidth, the per-kernel and per-node costs) is kept. The kernel list
+    is rebuilt with as many small housekeeping kernels per layer as bring it nearest to
+    `num_kernels`, and the host's launch cost is solved (by bisection: the eager step
+    grows with it) so that the simulated eager step takes `eager_ms` at `batch`. What the
+    refitted preset then says about the graph step is a prediction, not a fit.
+    """
+    preset = _as_preset(preset)
+    if preset.shape is None:
+        raise ValueError(f"preset {preset.name!r} records no model shape; it cannot be refitted")
+    if eager_ms <= 0 or num_kernels < 1:
+        raise ValueError("eager_ms must be > 0 and num_kernels >= 1")
+    shape = dict(preset.shape)
+    base = len(_llama_kernels(**{**shape, "extra_per_layer": 0}))
+    shape["extra_per_layer"] = max(0, round((num_kernels - base) / shape["layers"]))
+    kernels = _llama_kernels(**shape)
+
+    def eager_ms_at(launch_us: float) -> float:
+        hw = replace(preset.hardware, launch_us=launch_us)
+        return step_time_us(eager_timeline(kernels, batch, hw)) / 1000
+
+    lo, hi = 0.0, 1000.0
+    if eager_ms_at(lo) > eager_ms:
+        raise ValueError(f"even free launches give {eager_ms_at(lo):.2f} ms, more than the measured {eager_ms} ms")
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if eager_ms_at(mid) < eager_ms else (lo, mid)
+    return replace(
+        preset,
+        name=f"{preset.name} (refit)",
+        description=f"{preset.description}; refitted to {eager_ms:.2f} ms eager, {len(kernels)} kernels",
+        hardware=replace(preset.hardware, launch_us=(lo + hi) / 2),
+        kernels=kernels,
+        reference_ms={batch: (eager_ms, float("nan"))},
+        shape=shape,
+    )
+# ANCHOR_END: refit

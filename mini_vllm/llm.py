@@ -79,10 +79,13 @@ class LLM:
 
             progress = tqdm(total=len(prompts), desc="generating", unit="req")
             progress.update(sum(1 for s in seqs if s is None))
-        while self.engine.has_unfinished_requests():
-            finished = self.engine.step()
-            if progress is not None and finished:
-                progress.update(len(finished))
+        from mini_vllm.decode_loop import cpu_threads_context
+
+        with cpu_threads_context(self.engine.runner.device, self.config.cpu_threads):
+            while self.engine.has_unfinished_requests():
+                finished = self.engine.step()
+                if progress is not None and finished:
+                    progress.update(len(finished))
         if progress is not None:
             progress.close()
         return [

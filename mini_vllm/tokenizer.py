@@ -231,16 +231,3 @@ def save_tokenizer_from_gguf(gguf_path: str | Path, out_dir: str | Path) -> None
     finally:
         transformers.logging.set_verbosity(verbosity)
     tokenizer.save_pretrained(str(out_dir))
-
-
-def default_tokenizer(config) -> "ByteTokenizer | None":
-    """The tokenizer to use for a model that came without one (random weights).
-
-    Raw UTF-8 bytes when the vocabulary has room for the 256 byte values plus the
-    model's special tokens; otherwise None (give prompts as token ids).
-    """
-    eos = config.eos_token_ids[0] if config.eos_token_ids else None
-    bos = config.bos_token_id if config.bos_token_id is not None and config.bos_token_id >= 256 else None
-    if config.vocab_size < 258 or (eos is not None and eos < 256):
-        return None
-    return ByteTokenizer(bos_token_id=bos, eos_token_id=eos)

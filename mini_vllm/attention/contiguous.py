@@ -29,6 +29,7 @@ from mini_vllm.config import AttentionCGSupport
 __all__ = ["ContiguousAttentionBackend", "ContiguousAttentionMetadata", "allocate_contiguous_kv_caches"]
 
 
+# ANCHOR: contiguous_metadata
 @dataclass(frozen=True)
 class ContiguousAttentionMetadata:
     batch_size: int
@@ -46,8 +47,10 @@ class ContiguousAttentionMetadata:
     @classmethod
     def decode(cls, batch_size: int, start_pos: int) -> "ContiguousAttentionMetadata":
         return cls(batch_size, start_pos, 1)
+# ANCHOR_END: contiguous_metadata
 
 
+# ANCHOR: allocate_kv
 def allocate_contiguous_kv_caches(
     num_layers: int,
     batch_size: int,
@@ -60,6 +63,7 @@ def allocate_contiguous_kv_caches(
     """One zeroed `[2, batch, max_len, num_kv_heads, head_dim]` tensor per layer."""
     shape = (2, batch_size, max_len, num_kv_heads, head_dim)
     return [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+# ANCHOR_END: allocate_kv
 
 
 class ContiguousAttentionBackend(AttentionBackend):

@@ -30,11 +30,22 @@ def _add_decode(subparsers) -> None:
     p.add_argument("--output", default=None,
                    help="markdown file for the result (default: benchmarks/results/decode-<device type>.md)")
     p.add_argument("--no-output", action="store_true", help="print only, write no file")
+    g = p.add_argument_group("graph modes (Phase 05): step time per batch size and mode, in one run")
+    g.add_argument("--modes", default=None,
+                   help="comma-separated modes among eager,full,piecewise,full_and_piecewise; switches to the "
+                        "engine benchmark (default model there: smollm2-135m, random weights)")
+    g.add_argument("--batch-sizes", default="1,2,4,8,16,32,64", help="comma-separated (default: %(default)s)")
+    g.add_argument("--context-len", type=int, default=128, help="prompt tokens before decoding (default: %(default)s)")
+    g.add_argument("--steps", type=int, default=30, help="timed decode steps per point (default: %(default)s)")
+    g.add_argument("--compare-hf", action="store_true", help="also time transformers' eager generate")
 
 
 def _run_decode(args: argparse.Namespace) -> int:
     from mini_vllm.bench.decode import format_markdown, run_decode_bench
     from mini_vllm.errors import UserError
+
+    if args.modes:
+        return _run_decode_graphs(args)
 
     if args.new_tokens < 1 or args.repeats < 1 or args.warmup < 0:
         raise UserError("--new-tokens and --repeats must be >= 1 and --warmup >= 0")
@@ -54,6 +65,40 @@ def _run_decode(args: argparse.Namespace) -> int:
         out = Path(args.output or f"benchmarks/results/decode-{device_type}.md")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(format_markdown(result, command), encoding="utf-8")
+        print(f"wrote {out}")
+    return 0
+
+
+def _run_decode_graphs(args: argparse.Namespace) -> int:
+    from mini_vllm.bench.decode_graphs import MODES, format_graph_markdown, run_graph_decode_bench
+    from mini_vllm.errors import UserError
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise UserError(f"unknown mode(s) {unknown}; choose from {', '.join(MODES)}")
+    try:
+        batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    except ValueError:
+        raise UserError(f"--batch-sizes must be comma-separated integers, got {args.batch_sizes!r}") from None
+    if any(b < 1 for b in batch_sizes) or args.context_len < 1 or args.steps < 1:
+        raise UserError("batch sizes, --context-len and --steps must be >= 1")
+    model = args.model if args.model != "smollm2-135m-instruct" else "smollm2-135m"
+    report = run_graph_decode_bench(model, args.device, args.dtype, batch_sizes, modes, args.context_len,
+                                    args.steps, compare_hf=args.compare_hf, log=lambda line: print(line, flush=True))
+    command = "python -m mini_vllm bench decode " + " ".join(
+        shlex.quote(w) for w in [
+            "--device", args.device, "--batch-sizes", args.batch_sizes, "--modes", args.modes,
+            *(["--model", args.model] if args.model != "smollm2-135m-instruct" else []),
+            *(["--compare-hf"] if args.compare_hf else []),
+        ])
+    text = format_graph_markdown(report, command)
+    print(text)
+    if not args.no_output:
+        device_type = args.device.split(":")[0]
+        out = Path(args.output or f"benchmarks/results/decode-graphs-{device_type}.md")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
         print(f"wrote {out}")
     return 0
 

@@ -94,6 +94,7 @@ def slot_mapping(block_table: SequenceT[int], start: int, end: int, block_size: 
 # ANCHOR_END: slot_mapping
 
 
+# ANCHOR: hash_block_tokens
 def hash_block_tokens(parent: bytes | None, token_ids: SequenceT[int]) -> bytes:
     """A full block's prefix-cache key: sha256 of the previous block's key and its tokens.
 
@@ -103,6 +104,7 @@ def hash_block_tokens(parent: bytes | None, token_ids: SequenceT[int]) -> bytes:
     digest = hashlib.sha256(parent or b"")
     digest.update(array("q", token_ids).tobytes())
     return digest.digest()
+# ANCHOR_END: hash_block_tokens
 
 
 class BlockManager:
@@ -149,6 +151,7 @@ class BlockManager:
 
     # -- prefix caching -----------------------------------------------------------
 
+    # ANCHOR: cached_prefix
     def _cached_prefix(self, seq: SequenceLike) -> list[int]:
         """Registered blocks that hold the sequence's leading tokens, in order."""
         if not self.enable_prefix_caching:
@@ -166,12 +169,14 @@ class BlockManager:
             blocks.append(block_id)
             parent = key
         return blocks
+    # ANCHOR_END: cached_prefix
 
     def num_cached_tokens(self, seq: SequenceLike) -> int:
         """How many leading tokens of a sequence without blocks are already in the
         cache (a multiple of block_size, always < num_tokens; 0 without prefix caching)."""
         return len(self._cached_prefix(seq)) * self.block_size
 
+    # ANCHOR: cache_full_blocks
     def cache_full_blocks(self, seq: SequenceLike) -> None:
         """Register the blocks the sequence has completely computed, so later
         sequences with the same prefix can share them. Call after each step that
@@ -190,9 +195,11 @@ class BlockManager:
             self._cached.setdefault(key, block_id)
             parent = key
         self._num_hashed[seq.seq_id] = max(done, full)
+    # ANCHOR_END: cache_full_blocks
 
     # -- allocation ---------------------------------------------------------------
 
+    # ANCHOR: take_free_block
     def _take_free_block(self) -> int:
         block_id, _ = self._free.popitem(last=False)
         # Its old contents are about to be overwritten: forget them.
@@ -201,6 +208,7 @@ class BlockManager:
             del self._cached[key]
         self._ref_counts[block_id] = 1
         return block_id
+    # ANCHOR_END: take_free_block
 
     def _plan_allocation(
         self, seq: SequenceLike, num_new_tokens: int, num_cached_tokens: int

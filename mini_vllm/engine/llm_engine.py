@@ -32,12 +32,14 @@ class LLMEngine:
         self.tokenizer = tokenizer
         model_len = model.config.max_position_embeddings
         self.max_model_len = min(config.max_model_len or model_len, model_len)
+        # ANCHOR: engine_init
         # Default KV budget: every running request can reach the full length.
         num_blocks = config.num_kv_blocks or config.max_num_seqs * math.ceil(self.max_model_len / config.block_size)
         self.block_manager = BlockManager(num_blocks, config.block_size, enable_prefix_caching=config.enable_prefix_caching)
         eos = model.config.eos_token_id
         self.scheduler = Scheduler(config.scheduler_config(self.max_model_len), self.block_manager, eos_token_id=eos)
         self.runner = ModelRunner(model, config, self.max_model_len, num_blocks)
+        # ANCHOR_END: engine_init
         # Phase 05: capture every graph now, before serving; the window then closes.
         self.runner.capture_model(progress=capture_progress)
         self.stats = EngineStats()

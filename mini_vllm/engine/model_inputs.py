@@ -22,6 +22,7 @@ from mini_vllm.engine.scheduler_output import SchedulerOutput
 __all__ = ["ModelInputs", "pad_inputs", "prepare_inputs"]
 
 
+# ANCHOR: model_inputs
 @dataclass(frozen=True)
 class ModelInputs:
     """One forward's inputs, flattened. Lists index tokens or rows as their names say."""
@@ -36,6 +37,7 @@ class ModelInputs:
     sampling_rows: list[int]  # the rows that sample this step, in order
     uniform_decode: bool  # every real row decodes exactly one token
     num_real_tokens: int = field(default=-1)  # before padding (-1: no padding applied)
+# ANCHOR_END: model_inputs
 
     @property
     def num_tokens(self) -> int:

@@ -76,12 +76,17 @@ class ModelRunner:
         # ANCHOR: persistent_buffers
         # Sized for the largest batch a step can hold. Row buffers get one row per
         # token: a uniform-decode batch padded to a graph size has that many rows.
-        n = self.max_num_tokens
-        self.input_ids = torch.zeros(n, dtype=torch.long, device=self.device)
-        self.positions = torch.zeros(n, dtype=torch.long, device=self.device)
-        self.slot_mapping = torch.full((n,), -1, dtype=torch.long, device=self.device)
-        self.seq_lens = torch.zeros(n, dtype=torch.long, device=self.device)
-        self.block_tables = torch.zeros(n, self.max_blocks_per_seq, dtype=torch.long, device=self.device)
+        # All five live in one integer tensor, so that a step's inputs travel to the
+        # GPU from one pinned staging copy of it (a handful of copies, no syncs).
+        n, width = self.max_num_tokens, self.max_blocks_per_seq
+        self._ints = torch.zeros(4 * n + n * width, dtype=torch.long, device=self.device)
+        self.input_ids, self.positions, self.slot_mapping, self.seq_lens = self._ints[: 4 * n].view(4, n).unbind(0)
+        self.block_tables = self._ints[4 * n:].view(n, width)
+        self.slot_mapping.fill_(-1)
+        on_gpu = self.device.type == "cuda"
+        self._staging = torch.zeros_like(self._ints, device="cpu", pin_memory=on_gpu) if on_gpu else self._ints
+        self._staging_np = self._staging.numpy()
+        self._copy_done = torch.cuda.Event() if on_gpu else None
         # ANCHOR_END: persistent_buffers
 
         # ANCHOR: graph_setup
@@ -110,6 +115,8 @@ class ModelRunner:
         self.sampler = Sampler()
         self._generators: dict[object, torch.Generator | None] = {}
         self.last_step: StepRecord | None = None
+        # Benchmarks set this to time the forward alone (two device syncs a step).
+        self.time_forward = False
 
     # -- per-step work ---------------------------------------------------------------
 
@@ -122,16 +129,22 @@ class ModelRunner:
     # ANCHOR: copy_inputs
     def _copy_in(self, inputs: ModelInputs, table_width: int) -> PagedAttentionMetadata:
         """Write the step's inputs into the front of the persistent buffers."""
-        n, reqs = inputs.num_tokens, inputs.num_reqs
-        as_tensor = lambda values: torch.tensor(values, dtype=torch.long)  # noqa: E731
-        self.input_ids[:n].copy_(as_tensor(inputs.input_ids), non_blocking=True)
-        self.positions[:n].copy_(as_tensor(inputs.positions), non_blocking=True)
-        self.slot_mapping[:n].copy_(as_tensor(inputs.slot_mapping), non_blocking=True)
-        self.seq_lens[:reqs].copy_(as_tensor(inputs.seq_lens), non_blocking=True)
-        tables = torch.zeros(reqs, table_width, dtype=torch.long)
+        n, reqs, cap = inputs.num_tokens, inputs.num_reqs, self.max_num_tokens
+        if self._copy_done is not None:
+            self._copy_done.synchronize()  # the previous step's copy has left the staging buffer
+        host = self._staging_np
+        host[0:n] = inputs.input_ids
+        host[cap:cap + n] = inputs.positions
+        host[2 * cap:2 * cap + n] = inputs.slot_mapping
+        host[3 * cap:3 * cap + reqs] = inputs.seq_lens
+        tables = host[4 * cap:].reshape(cap, self.max_blocks_per_seq)
         for row, table in enumerate(inputs.block_tables):
-            tables[row, : len(table)] = torch.tensor(table, dtype=torch.long)
-        self.block_tables[:reqs, :table_width].copy_(tables, non_blocking=True)
+            tables[row, : len(table)] = table
+        if self._staging is not self._ints:  # GPU: ship the used parts, asynchronously
+            for start, count in ((0, n), (cap, n), (2 * cap, n), (3 * cap, reqs)):
+                self._ints[start:start + count].copy_(self._staging[start:start + count], non_blocking=True)
+            self.block_tables[:reqs].copy_(self._staging[4 * cap:].view(cap, -1)[:reqs], non_blocking=True)
+            self._copy_done.record()
         return PagedAttentionMetadata(
             slot_mapping=self.slot_mapping[:n],
             block_tables=self.block_tables[:reqs, :table_width],
@@ -158,8 +171,10 @@ class ModelRunner:
         padded = pad_inputs(inputs, descriptor.num_tokens)
         metadata = self._copy_in(padded, self._table_width(padded, runtime_mode))
         n = padded.num_tokens
+        forward_start = self._timestamp() if self.time_forward else 0.0
         with set_forward_context(runtime_mode, descriptor, metadata):
             hidden_states = self.graphs.forward(self.input_ids[:n], self.positions[:n])
+        forward_seconds = self._timestamp() - forward_start if self.time_forward else 0.0
         sampled: list[int | None] = [None] * output.num_reqs
         if inputs.logits_indices:
             # Only the rows that sample go through the LM head, after the graph (if any).
@@ -171,7 +186,8 @@ class ModelRunner:
             tokens = self.sampler(logits, params, generators).tolist()
             for row, token in zip(inputs.sampling_rows, tokens):
                 sampled[row] = token
-        self.last_step = self._record(output, inputs, padded, runtime_mode, time.perf_counter() - start)
+        self.last_step = self._record(output, inputs, padded, runtime_mode, time.perf_counter() - start,
+                                      forward_seconds)
         return sampled
     # ANCHOR_END: execute_model
 
@@ -244,8 +260,13 @@ class ModelRunner:
         for seq_id in seq_ids:
             self._generators.pop(seq_id, None)
 
+    def _timestamp(self) -> float:
+        self.graph_backend.synchronize()
+        return time.perf_counter()
+
     @staticmethod
-    def _record(output, inputs: ModelInputs, padded: ModelInputs, mode: CUDAGraphMode, seconds: float) -> StepRecord:
+    def _record(output, inputs: ModelInputs, padded: ModelInputs, mode: CUDAGraphMode, seconds: float,
+                forward_seconds: float) -> StepRecord:
         prefill = sum(row.num_new_tokens for row in output.scheduled if row.is_prefill)
         return StepRecord(
             num_reqs=inputs.num_reqs,
@@ -256,4 +277,5 @@ class ModelRunner:
             uniform_decode=inputs.uniform_decode,
             runtime_mode=mode.name,
             seconds=seconds,
+            forward_seconds=forward_seconds,
         )

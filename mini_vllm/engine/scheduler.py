@@ -109,6 +109,7 @@ class Scheduler:
         self._live_ids.add(seq.seq_id)
         self._waiting.append(seq)
 
+    # ANCHOR: why_never_runs
     def _why_never_runs(self, seq: Sequence) -> str | None:
         """Why this request could not be computed even on an empty engine, or None."""
         if seq.num_prompt_tokens > self.config.max_model_len:
@@ -124,6 +125,7 @@ class Scheduler:
                 f"{self.block_manager.num_blocks}; give the cache more blocks or shorten the request"
             )
         return None
+    # ANCHOR_END: why_never_runs
 
     # -- one step -----------------------------------------------------------------
 
@@ -202,6 +204,7 @@ class Scheduler:
         self._in_flight = output
         return output
 
+    # ANCHOR: make_room
     def _make_room(self, seq: Sequence, num_new_tokens: int, preempted: list[Sequence]) -> bool:
         """Preempt the most recently admitted running requests until seq's next
         tokens have blocks. False when seq itself had to go."""
@@ -212,6 +215,7 @@ class Scheduler:
             if victim is seq:
                 return False
         return True
+    # ANCHOR_END: make_room
 
     # ANCHOR: preempt
     def _preempt(self, seq: Sequence) -> None:
@@ -272,6 +276,7 @@ class Scheduler:
         return finished
     # ANCHOR_END: update_from_output
 
+    # ANCHOR: stop_reason
     def _stop_reason(self, seq: Sequence, token: int) -> FinishReason | None:
         # EOS first, then the length caps: the order of vLLM's check_stop.
         if token in self.eos_token_ids and not seq.sampling_params.ignore_eos:
@@ -281,6 +286,7 @@ class Scheduler:
         if seq.num_tokens >= self.config.max_model_len:
             return FinishReason.LENGTH
         return None
+    # ANCHOR_END: stop_reason
 
     def __repr__(self) -> str:
         return (

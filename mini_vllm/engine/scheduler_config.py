@@ -12,12 +12,14 @@ from dataclasses import dataclass
 __all__ = ["SchedulerConfig"]
 
 
+# ANCHOR: scheduler_config
 @dataclass(frozen=True)
 class SchedulerConfig:
     max_num_seqs: int = 16  # requests running at once (rows of a decode batch)
     max_num_batched_tokens: int = 512  # tokens one step may compute, all requests together
     max_model_len: int = 2048  # prompt + generated tokens one request may reach
     enable_chunked_prefill: bool = True  # split a prompt that does not fit the step's budget
+# ANCHOR_END: scheduler_config
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):

@@ -31,6 +31,7 @@ from mini_vllm.engine.sequence import Sequence
 __all__ = ["ScheduledSequence", "SchedulerOutput"]
 
 
+# ANCHOR: scheduled_sequence
 @dataclass(frozen=True)
 class ScheduledSequence:
     """One row of the batch: a request and the tokens it computes this step."""
@@ -55,6 +56,7 @@ class ScheduledSequence:
     @property
     def positions(self) -> range:
         return range(self.num_computed_tokens, self.context_len)
+# ANCHOR_END: scheduled_sequence
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 __all__ = ["EngineStats", "StepRecord"]
 
 
+# ANCHOR: step_record
 @dataclass(frozen=True)
 class StepRecord:
     """One forward of the model runner."""
@@ -26,7 +27,9 @@ class StepRecord:
     num_decode_tokens: int
     uniform_decode: bool  # every row decodes one token
     runtime_mode: str  # "NONE", "PIECEWISE" or "FULL"
-    seconds: float  # wall time of the forward and sampling
+    seconds: float  # wall time of input preparation, the forward and sampling
+    forward_seconds: float = 0.0  # the forward alone, device-synchronised (only when the runner times it)
+# ANCHOR_END: step_record
 
 
 @dataclass
@@ -50,6 +53,7 @@ class EngineStats:
     def decode_tokens(self) -> int:
         return sum(s.num_decode_tokens for s in self.steps)
 
+    # ANCHOR: batch_size_histograms
     @property
     def batch_size_histogram(self) -> Counter:
         """{rows in the batch: steps} over every step."""
@@ -59,6 +63,7 @@ class EngineStats:
     def decode_batch_size_histogram(self) -> Counter:
         """{rows: steps} over uniform-decode steps only: the trace a capture ladder is chosen from."""
         return Counter(s.num_reqs for s in self.steps if s.uniform_decode)
+    # ANCHOR_END: batch_size_histograms
 
     @property
     def steps_per_runtime_mode(self) -> Counter:

@@ -41,7 +41,12 @@ class Attention(nn.Module):
         # and must not travel with the model's state_dict or `.to()`.
         self.kv_cache: torch.Tensor | None = None
         self.impl: AttentionBackend | None = None
+        # Under torch.compile the layer calls the opaque `mini_vllm::attention` op by
+        # name instead of its backend directly (mini_vllm/compilation/attention_op.py).
+        self.use_custom_op = False
+        self.layer_name = f"layers.{layer_idx}.attn"
 
+    # ANCHOR: attention_layer_forward
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor | None = None
     ) -> torch.Tensor:
@@ -58,6 +63,11 @@ class Attention(nn.Module):
                 f"attention layer {self.layer_idx} has no backend: allocate a KV cache and call "
                 "bind_kv_caches(model, backend, kv_caches) before running the model"
             )
+        if self.use_custom_op:
+            if output is None:
+                raise RuntimeError("the compiled attention op writes into an output buffer; pass `output`")
+            torch.ops.mini_vllm.attention(q, k, v, output, self.layer_name)
+            return output
         metadata = get_forward_context().attn_metadata
         num_tokens = q.shape[0]
         out = self.impl.forward(
@@ -72,6 +82,7 @@ class Attention(nn.Module):
             return out
         output.copy_(out)
         return output
+    # ANCHOR_END: attention_layer_forward
 
     def extra_repr(self) -> str:
         return (f"layer_idx={self.layer_idx}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "

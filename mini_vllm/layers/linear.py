@@ -66,6 +66,7 @@ class ReplicatedLinear(LinearBase):
     """A plain `y = x W^T` (vLLM: the whole matrix on every GPU)."""
 
 
+# ANCHOR: qkv_linear
 class QKVLinear(LinearBase):
     """q, k and v projections as one matrix: rows `[q | k | v]`."""
 
@@ -83,6 +84,7 @@ class QKVLinear(LinearBase):
         rows = param.data.narrow(0, start, size)
         _check_shape(rows, loaded, f"QKVLinear shard {shard_id!r}")
         rows.copy_(loaded)
+# ANCHOR_END: qkv_linear
 
 
 class MergedColumnLinear(LinearBase):

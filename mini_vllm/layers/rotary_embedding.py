@@ -32,6 +32,7 @@ from torch import nn
 __all__ = ["RotaryEmbedding", "rope_inverse_frequencies"]
 
 
+# ANCHOR: inv_freq
 def rope_inverse_frequencies(rotary_dim: int, base: float, scaling: dict[str, Any] | None = None) -> torch.Tensor:
     """The rotation speed of each channel pair, in float32 (`[rotary_dim // 2]`)."""
     exponents = torch.arange(0, rotary_dim, 2, dtype=torch.int64).to(torch.float32) / rotary_dim
@@ -39,6 +40,7 @@ def rope_inverse_frequencies(rotary_dim: int, base: float, scaling: dict[str, An
     if scaling is not None:
         inv_freq = _llama3_rescale(inv_freq, scaling)
     return inv_freq
+# ANCHOR_END: inv_freq
 
 
 def _llama3_rescale(inv_freq: torch.Tensor, scaling: dict[str, Any]) -> torch.Tensor:
@@ -73,6 +75,7 @@ class RotaryEmbedding(nn.Module):
         self.head_dim = head_dim
         self.max_position = max_position
         self.is_neox_style = is_neox_style
+        # ANCHOR: rope_table
         inv_freq = rope_inverse_frequencies(head_dim, base, scaling)
         angles = torch.outer(torch.arange(max_position, dtype=torch.float32), inv_freq)
         cos, sin = angles.cos(), angles.sin()
@@ -84,6 +87,7 @@ class RotaryEmbedding(nn.Module):
         # A forward gathers rows; it computes no trigonometry. Kept in float32 (cast
         # per use) so that bf16 models index the very same angles.
         self.register_buffer("cos_sin_cache", table, persistent=False)
+        # ANCHOR_END: rope_table
 
     # ANCHOR: rope
     def forward(

@@ -85,12 +85,14 @@ class LlamaConfig:
         if self.head_dim % 2:
             raise UserError(f"model config: head_dim must be even for rotary embeddings, got {self.head_dim}")
 
+    # ANCHOR: num_parameters
     def num_parameters(self) -> int:
         """Parameter count, counting a tied embedding once."""
         h, i, layers = self.hidden_size, self.intermediate_size, self.num_hidden_layers
         per_layer = h * (self.q_size + 2 * self.kv_size) + self.q_size * h + 3 * h * i + 2 * h
         head = 0 if self.tie_word_embeddings else self.vocab_size * h
         return self.vocab_size * h + layers * per_layer + h + head
+    # ANCHOR_END: num_parameters
 
     # ANCHOR: config_from_hf
     @classmethod

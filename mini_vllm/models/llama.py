@@ -25,6 +25,7 @@ from typing import Iterable, Iterator
 import torch
 from torch import nn
 
+from mini_vllm.compilation.decorators import support_torch_compile
 from mini_vllm.layers.activation import SiluAndMul
 from mini_vllm.layers.attention import Attention
 from mini_vllm.layers.layernorm import RMSNorm
@@ -41,6 +42,7 @@ def _same_layout(param: torch.Tensor, tensor: torch.Tensor) -> bool:
             and param.shape == tensor.shape and param.stride() == tensor.stride())
 
 
+# ANCHOR: llama_mlp
 class LlamaMLP(nn.Module):
     """SwiGLU: down(silu(gate(x)) * up(x)), with gate and up as one matrix."""
 
@@ -52,6 +54,7 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+# ANCHOR_END: llama_mlp
 
 
 class LlamaAttention(nn.Module):
@@ -66,6 +69,7 @@ class LlamaAttention(nn.Module):
         self.attn = Attention(layer_idx, config.num_attention_heads, config.num_key_value_heads,
                               config.head_dim, scale=config.head_dim ** -0.5)
 
+    # ANCHOR: attention_forward
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
         # -- before attention: project and rotate (pure tensor math, capturable)
         qkv = self.qkv_proj(hidden_states)
@@ -77,6 +81,7 @@ class LlamaAttention(nn.Module):
         attn_output = self.attn(q, k, v, torch.empty_like(q))
         # -- after attention: back to the residual stream's width
         return self.o_proj(attn_output)
+    # ANCHOR_END: attention_forward
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -87,6 +92,7 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.mlp = LlamaMLP(config.hidden_size, config.intermediate_size)
 
+    # ANCHOR: decoder_layer_forward
     def forward(
         self, positions: torch.Tensor, hidden_states: torch.Tensor, residual: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,8 +107,10 @@ class LlamaDecoderLayer(nn.Module):
         hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
         hidden_states = self.mlp(hidden_states)
         return hidden_states, residual
+    # ANCHOR_END: decoder_layer_forward
 
 
+@support_torch_compile
 class LlamaModel(nn.Module):
     def __init__(self, config: LlamaConfig, rope_is_neox_style: bool = True) -> None:
         super().__init__()
@@ -117,6 +125,7 @@ class LlamaModel(nn.Module):
         )
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
+    # ANCHOR: llama_model_forward
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         hidden_states = self.embed_tokens(input_ids)
         residual = None
@@ -124,11 +133,14 @@ class LlamaModel(nn.Module):
             hidden_states, residual = layer(positions, hidden_states, residual)
         hidden_states, _ = self.norm(hidden_states, residual)
         return hidden_states
+    # ANCHOR_END: llama_model_forward
 
 
 class LlamaForCausalLM(nn.Module):
     # Checkpoint name fragment -> (fused parameter fragment, shard id); vLLM keeps
-    # the same table in `LlamaForCausalLM.load_weights` (stacked_params_mapping).
+    # the same table in `LlamaModel.load_weights` (stacked_params_mapping), which
+    # `LlamaForCausalLM.load_weights` reaches through `AutoWeightsLoader`.
+    # ANCHOR: stacked_params_mapping
     stacked_params_mapping = [
         (".qkv_proj", ".q_proj", "q"),
         (".qkv_proj", ".k_proj", "k"),
@@ -136,14 +148,17 @@ class LlamaForCausalLM(nn.Module):
         (".gate_up_proj", ".gate_proj", 0),
         (".gate_up_proj", ".up_proj", 1),
     ]
+    # ANCHOR_END: stacked_params_mapping
 
     def __init__(self, config: LlamaConfig, rope_is_neox_style: bool = True) -> None:
         super().__init__()
         self.config = config
         self.model = LlamaModel(config, rope_is_neox_style)
+        # ANCHOR: tied_head
         self.lm_head = LMHead(config.vocab_size, config.hidden_size)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        # ANCHOR_END: tied_head
 
     # ANCHOR: model_forward
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

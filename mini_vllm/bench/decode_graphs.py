@@ -1,0 +1,310 @@
+"""`bench decode --modes ...`: decode step time per batch size, eager vs CUDA graphs, in one run.
+
+vLLM counterpart: vllm/benchmarks/latency.py (`vllm bench latency`), run once with
+`--enforce-eager` and once without; here every mode runs in the same process on the
+same weights, so the ratios compare like with like.
+
+For each batch size B and each mode, B requests with a prompt of `context_len`
+tokens are added to a fresh engine (same model object, new KV cache); after the
+prefill, decode steps are timed. Reported per step:
+- `step ms`: the whole engine step (scheduling, input copies, forward, sampling);
+- `fwd ms`: the model forward alone, device-synchronised (what graphs change);
+- kernels per step: GPU kernels one decode step executes (torch.profiler; CUDA only);
+- the weight-read floor: the bytes a decode step must read (every weight matrix once,
+  one embedding row per token, the tied head once, the KV cache read) divided by the
+  device-to-device copy bandwidth measured in the same run.
+With `--compare-hf`, transformers' eager `generate` runs the same weights, batch and
+prompt length; its per-step time is (time for N + 1 new tokens − time for 1) / N.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from datetime import date
+
+import torch
+
+__all__ = ["GraphDecodeReport", "format_graph_markdown", "run_graph_decode_bench"]
+
+MODES = {
+    "eager": dict(enforce_eager=True),
+    "full": dict(cudagraph_mode="full_decode_only"),
+    "piecewise": dict(cudagraph_mode="piecewise"),
+    "full_and_piecewise": dict(cudagraph_mode="full_and_piecewise"),
+}
+
+
+@dataclass
+class ModeResult:
+    step_ms: float
+    forward_ms: float
+    kernels: int | None
+    runtime_mode: str
+    capture_s: float = 0.0
+    graph_mib: float | None = None
+
+
+@dataclass
+class GraphDecodeReport:
+    model: str
+    device: str
+    dtype: str
+    context_len: int
+    steps: int
+    batch_sizes: list[int]
+    modes: list[str]
+    results: dict[tuple[int, str], ModeResult] = field(default_factory=dict)
+    hf_ms: dict[int, float] = field(default_factory=dict)
+    floor_ms: dict[int, float] = field(default_factory=dict)
+    bandwidth_gbs: float | None = None
+    refit: str | None = None
+    device_name: str = ""
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_copy_bandwidth(device: torch.device, mib: int = 1024) -> float | None:
+    """Bytes per second of a large device-to-device copy, reads plus writes."""
+    if device.type != "cuda":
+        return None
+    src = torch.empty(mib * 2**20, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    _sync(device)
+    times = []
+    for _ in range(10):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000)
+    return 2 * src.numel() / statistics.median(times)
+
+
+# ANCHOR: floor_bytes
+def decode_floor_bytes(model: torch.nn.Module, batch: int, context_len: int) -> int:
+    """Bytes one decode step must read: each weight matrix once, one embedding row per
+    token, a tied head once (it is the embedding table), plus the KV cache of the batch."""
+    cfg = model.config
+    element = next(model.parameters()).element_size()
+    embed = model.model.embed_tokens.weight
+    # Every distinct parameter tensor is read once (a tied head *is* the embedding table)...
+    weights = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()) * element
+    # ...except an untied embedding table, of which only the looked-up rows are read.
+    if not cfg.tie_word_embeddings:
+        weights -= embed.numel() * element
+    rows = batch * cfg.hidden_size * element
+    kv = batch * context_len * cfg.num_hidden_layers * 2 * cfg.kv_size * element
+    return weights + rows + kv
+# ANCHOR_END: floor_bytes
+
+
+def _count_kernels(device: torch.device, fn) -> int | None:
+    """GPU kernels executed by `fn()` (CUDA graphs' kernels included), or None on CPU."""
+    if device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    _sync(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        _sync(device)
+    # One event per kernel the GPU ran, whoever launched it (a graph replay included).
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if not names:  # older/newer profilers keep GPU work only in the raw kineto records
+        names = [e.name() for e in prof.profiler.kineto_results.events()
+                 if str(e.device_type()).endswith("CUDA")]
+    return sum(1 for name in names if "memcpy" not in name.lower() and "memset" not in name.lower())
+
+
+def _hf_step_ms(hf, batch: int, context_len: int, steps: int, vocab: int, device: torch.device) -> float:
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, vocab, (batch, context_len), generator=gen).to(device)
+    mask = torch.ones_like(ids)
+
+    def run(new: int) -> float:
+        _sync(device)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
+                        do_sample=False, pad_token_id=0)
+        _sync(device)
+        return time.perf_counter() - start
+
+    run(2)  # warm-up
+    long = statistics.median(run(steps + 1) for _ in range(3))
+    short = statistics.median(run(1) for _ in range(3))
+    return (long - short) / steps * 1000
+
+
+def _engine_for(model, mode: str, batch: int, context_len: int, steps: int, device: str, dtype, block_size: int):
+    from mini_vllm.engine.engine_config import EngineConfig
+    from mini_vllm.engine.llm_engine import LLMEngine
+
+    max_len = context_len + steps + 32
+    config = EngineConfig(
+        model="(shared)", device=device, dtype=dtype, max_num_seqs=batch,
+        max_num_batched_tokens=max(batch * context_len, 256), max_model_len=max_len, block_size=block_size,
+        cudagraph_capture_sizes=[batch], **MODES[mode],
+    )
+    return LLMEngine(config, model, tokenizer=None, capture_progress=False)
+
+
+def _measure_mode(model, mode: str, batch: int, context_len: int, steps: int, warmup: int, device, dtype,
+                  block_size: int) -> ModeResult:
+    from mini_vllm.sampling_params import SamplingParams
+
+    engine = _engine_for(model, mode, batch, context_len, steps + warmup, str(device), dtype, block_size)
+    runner = engine.runner
+    gen = torch.Generator().manual_seed(0)
+    params = SamplingParams(temperature=0, max_tokens=steps + warmup + 16, ignore_eos=True)
+    for _ in range(batch):
+        engine.add_request(torch.randint(3, model.config.vocab_size, (context_len,), generator=gen).tolist(), params)
+    while not engine.scheduler.num_running or engine.scheduler.num_waiting or not engine.stats.steps or not engine.stats.steps[-1].uniform_decode:
+        engine.step()
+    for _ in range(warmup):
+        engine.step()
+    runner.time_forward = True
+    step_s, forward_s, modes = [], [], set()
+    for _ in range(steps):
+        _sync(device)
+        start = time.perf_counter()
+        engine.step()
+        _sync(device)
+        step_s.append(time.perf_counter() - start)
+        forward_s.append(runner.last_step.forward_seconds)
+        modes.add(runner.last_step.runtime_mode)
+    runner.time_forward = False
+    kernels = _count_kernels(device, engine.step)
+    report = runner.capture_report
+    result = ModeResult(
+        step_ms=statistics.median(step_s) * 1000,
+        forward_ms=statistics.median(forward_s) * 1000,
+        kernels=kernels,
+        runtime_mode="/".join(sorted(modes)),
+        capture_s=report.seconds if report else 0.0,
+        graph_mib=(report.graph_memory_bytes / 2**20) if report and report.graph_memory_bytes is not None else None,
+    )
+    del engine
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+def run_graph_decode_bench(
+    model_name: str = "smollm2-135m",
+    device: str = "cuda",
+    dtype: str | None = "auto",
+    batch_sizes: list[int] = (1, 2, 4, 8, 16, 32, 64),
+    modes: list[str] = ("eager", "full", "piecewise"),
+    context_len: int = 128,
+    steps: int = 30,
+    warmup: int = 5,
+    compare_hf: bool = False,
+    block_size: int = 16,
+    log=print,
+) -> GraphDecodeReport:
+    from mini_vllm.launch_overhead import refit_preset, simulate_step
+    from mini_vllm.models.loader import load_model, resolve_device, resolve_dtype
+
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown mode(s) {unknown}; choose from {', '.join(MODES)}")
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    model, _, config = load_model(model_name, device=dev, dtype=dt, progress=False)
+    report = GraphDecodeReport(model_name, str(dev), str(dt).replace("torch.", ""), context_len, steps,
+                               list(batch_sizes), list(modes))
+    report.device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu"
+    bandwidth = measure_copy_bandwidth(dev)
+    report.bandwidth_gbs = bandwidth / 1e9 if bandwidth else None
+    hf = None
+    if compare_hf:
+        from mini_vllm.bench.decode import _hf_reference
+
+        hf = _hf_reference(model)
+    for batch in batch_sizes:
+        for mode in modes:
+            result = _measure_mode(model, mode, batch, context_len, steps, warmup, dev, dt, block_size)
+            report.results[(batch, mode)] = result
+            log(f"batch {batch:3d} {mode:>18}: step {result.step_ms:7.3f} ms, forward {result.forward_ms:7.3f} ms, "
+                f"kernels {result.kernels}, ran as {result.runtime_mode}")
+        if hf is not None:
+            report.hf_ms[batch] = _hf_step_ms(hf, batch, context_len, min(steps, 16), config.vocab_size, dev)
+            log(f"batch {batch:3d} {'transformers':>18}: step {report.hf_ms[batch]:7.3f} ms")
+        if bandwidth:
+            report.floor_ms[batch] = decode_floor_bytes(model, batch, context_len) / bandwidth * 1000
+    # The simulator's SmolLM2 preset, refitted to this run's eager batch-1 forward.
+    eager, full = report.results.get((1, "eager")), report.results.get((1, "full"))
+    if eager and full and eager.kernels and config.num_hidden_layers == 30 and config.hidden_size == 576:
+        refit = refit_preset("h100-smollm2-135m", eager_ms=eager.forward_ms, num_kernels=eager.kernels)
+        predicted = simulate_step(refit, 1).speedup
+        measured = eager.forward_ms / full.forward_ms
+        report.refit = (
+            f"simulator preset h100-smollm2-135m refitted to this run's eager forward ({eager.forward_ms:.2f} ms, "
+            f"{eager.kernels} kernels, launch cost {refit.hardware.launch_us:.1f} us) predicts a FULL speed-up of "
+            f"{predicted:.2f}x; measured {measured:.2f}x ({(predicted / measured - 1) * 100:+.0f}%)"
+        )
+        log(report.refit)
+    return report
+
+
+def format_graph_markdown(report: GraphDecodeReport, command: str) -> str:
+    lines = [
+        "# Decode step time: eager vs CUDA graphs" + (" vs transformers" if report.hf_ms else ""),
+        "",
+        f"- date: {date.today().isoformat()}",
+        f"- machine: {report.device_name}; torch {torch.__version__}",
+        f"- command: `{command}`",
+        f"- model: `{report.model}` ({report.dtype}), context {report.context_len} tokens, "
+        f"median of {report.steps} decode steps after warm-up",
+        "- step = whole engine step (schedule, copy inputs, forward, sample); fwd = forward alone, synchronised",
+    ]
+    if report.bandwidth_gbs:
+        lines.append(f"- copy bandwidth measured in this run: {report.bandwidth_gbs:.0f} GB/s (read + write)")
+    lines.append("")
+    header = ["batch"]
+    for mode in report.modes:
+        header += [f"{mode} step ms", f"{mode} fwd ms", f"{mode} kernels"]
+    if report.hf_ms:
+        header.append("transformers ms")
+    header += ["best vs eager"]
+    if report.hf_ms:
+        header.append("best vs transformers")
+    if report.floor_ms:
+        header += ["floor ms", "floor / best step"]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "---|" * len(header))
+    for batch in report.batch_sizes:
+        row = [str(batch)]
+        for mode in report.modes:
+            r = report.results[(batch, mode)]
+            row += [f"{r.step_ms:.3f}", f"{r.forward_ms:.3f}", str(r.kernels if r.kernels is not None else "n/a")]
+        best = min(report.results[(batch, m)].step_ms for m in report.modes)
+        if report.hf_ms:
+            row.append(f"{report.hf_ms[batch]:.2f}")
+        eager = report.results.get((batch, "eager"))
+        row.append(f"{eager.step_ms / best:.2f}x" if eager else "n/a")
+        if report.hf_ms:
+            row.append(f"{report.hf_ms[batch] / best:.1f}x")
+        if report.floor_ms:
+            row += [f"{report.floor_ms[batch]:.3f}", f"{report.floor_ms[batch] / best:.0%}"]
+        lines.append("| " + " | ".join(row) + " |")
+    captures = [(b, m, r) for (b, m), r in report.results.items() if r.capture_s]
+    if captures:
+        lines += ["", "Capture time and graph memory (free memory before minus after):", ""]
+        for b, m, r in captures:
+            mem = f", {r.graph_mib:.1f} MiB" if r.graph_mib is not None else ""
+            lines.append(f"- batch {b}, {m}: {r.capture_s:.2f} s{mem}")
+    if report.refit:
+        lines += ["", report.refit]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,131 @@
+"""The torch.compile backend of CompilationMode.VLLM_COMPILE: split at attention, Inductor per piece.
+
+vLLM counterpart: vllm/compilation/backends.py (`VllmBackend.__call__`, which splits the
+graph Dynamo traced with `split_graph`, then runs `PiecewiseCompileInterpreter` over the
+split module with fake tensors: every piece that is not a splitting op is compiled by
+Inductor for the symbolic token count and replaced by a `PiecewiseBackend` wrapped in a
+PIECEWISE `CUDAGraphWrapper`).
+
+Dynamo hands the backend one FX graph of the whole forward, in which each attention is
+a single `mini_vllm::attention` node, and example inputs that are fake tensors whose
+first dimension is the symbol for the number of tokens. The backend:
+1. splits the graph at the attention nodes (k attention calls -> at most k + 1 pieces);
+2. runs the split module on the fake inputs, so that each piece sees fake inputs of the
+   right (symbolic) shapes, and compiles each non-attention piece with Inductor right
+   there: one compilation per piece, valid for every token count;
+3. wraps each compiled piece in a PIECEWISE CUDA-graph wrapper (when the engine uses
+   piecewise graphs), which captures per batch descriptor later.
+Identical pieces (every middle layer looks the same to Inductor) hit Inductor's FX-graph
+cache, so a 30-layer model compiles little more than three distinct pieces.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from mini_vllm.compilation.cuda_graph import CUDAGraphWrapper, GraphCounters
+from mini_vllm.compilation.graph_backend import GraphBackend
+from mini_vllm.compilation.split import SplitItem, is_attention_node, split_graph
+from mini_vllm.config import CUDAGraphMode
+
+__all__ = ["CompileStats", "PiecewiseCompileBackend", "inductor_compile"]
+
+
+@dataclass
+class CompileStats:
+    """What compilation did; shared by every backend call of one model."""
+
+    dynamo_graphs: int = 0  # times Dynamo handed a graph to the backend (1 + recompiles)
+    compiled_pieces: int = 0  # Inductor compilations (pieces; 1 per graph without a split)
+    seconds: float = 0.0  # wall time spent in the backend (Inductor included)
+    split_items: list[SplitItem] = field(default_factory=list)
+    piece_wrappers: list[CUDAGraphWrapper] = field(default_factory=list)
+    graph: torch.fx.GraphModule | None = None  # the last graph Dynamo traced (for diagnostics)
+
+
+def inductor_compile(gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(gm, example_inputs)
+
+
+class _PieceCompiler(torch.fx.Interpreter):
+    """Runs the split module on fake inputs and compiles each piece on the way."""
+
+    def __init__(self, split_module: torch.fx.GraphModule, compile_piece: Callable[[str, torch.fx.GraphModule, tuple], None]):
+        super().__init__(split_module)
+        self.compile_piece = compile_piece
+
+    def call_module(self, target, args, kwargs):
+        piece = self.module.get_submodule(target)
+        outputs = piece(*args, **kwargs)  # fake outputs: the next piece's fake inputs
+        self.compile_piece(target, piece, args)
+        return outputs
+
+
+# ANCHOR: piecewise_backend
+class PiecewiseCompileBackend:
+    """`torch.compile(..., backend=PiecewiseCompileBackend(...))` for VLLM_COMPILE."""
+
+    def __init__(
+        self,
+        graph_backend: GraphBackend | None,
+        pool: Any = None,
+        counters: GraphCounters | None = None,
+        piecewise_graphs: bool = True,
+        stats: CompileStats | None = None,
+        compile_pieces: bool = True,
+    ) -> None:
+        self.graph_backend = graph_backend
+        self.pool = pool
+        self.counters = counters if counters is not None else GraphCounters()
+        self.piecewise_graphs = piecewise_graphs and graph_backend is not None
+        self.stats = stats if stats is not None else CompileStats()
+        self.compile_pieces = compile_pieces  # False: keep pieces as FX (to inspect the split)
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
+        start = time.perf_counter()
+        self.stats.dynamo_graphs += 1
+        self.stats.graph = gm
+        split, items = split_graph(gm, is_attention_node(gm))
+        self.stats.split_items = items
+        to_compile = {item.submod_name for item in items if not item.is_splitting_graph}
+        first_wrapper = [True]
+
+        def compile_piece(name: str, module: torch.fx.GraphModule, args: tuple) -> None:
+            if name not in to_compile:
+                return  # attention: stays the opaque eager op
+            runnable = inductor_compile(module, list(args)) if self.compile_pieces else module
+            self.stats.compiled_pieces += 1
+            if self.piecewise_graphs:
+                runnable = CUDAGraphWrapper(
+                    runnable, CUDAGraphMode.PIECEWISE, self.graph_backend, self.pool, name=name,
+                    counters=self.counters, gc_disable=not first_wrapper[0],
+                )
+                first_wrapper[0] = False
+                self.stats.piece_wrappers.append(runnable)
+            split.__dict__[name] = runnable  # the split module's forward calls it by name
+
+        # Dynamo hands over the parameters as the real tensors and the inputs as fake
+        # ones; run the pieces entirely on fake tensors (no real compute, symbolic sizes).
+        fake_mode = torch._guards.detect_fake_mode(example_inputs)
+        if fake_mode is None:
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            fake_mode = FakeTensorMode()
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        fake_inputs = [
+            fake_mode.from_tensor(x) if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) else x
+            for x in example_inputs
+        ]
+        with fake_mode:
+            _PieceCompiler(split, compile_piece).run(*fake_inputs)
+        self.stats.seconds += time.perf_counter() - start
+        return split
+# ANCHOR_END: piecewise_backend
