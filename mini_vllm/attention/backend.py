@@ -28,6 +28,8 @@ class AttentionBackend(abc.ABC):
     name: ClassVar[str] = "abstract"
     # How much of a batch this backend can run inside a captured CUDA graph (Phase 05).
     cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
+    # Whether `forward` takes `output=` (a `[T, H, D]` tensor to write into, saving a copy).
+    accepts_output: ClassVar[bool] = False
 
     @abc.abstractmethod
     def forward(

@@ -24,12 +24,14 @@ Hence `cudagraph_support = UNIFORM_SINGLE_TOKEN_DECODE`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from mini_vllm.attention.backend import AttentionBackend
+from mini_vllm.attention.triton_decode import triton_available, triton_paged_decode, triton_write_kv
 from mini_vllm.config import AttentionCGSupport
 
 __all__ = [
@@ -108,15 +110,31 @@ def _ungroup(out: torch.Tensor, n: int, num_heads: int) -> torch.Tensor:
 class PagedAttentionBackend(AttentionBackend):
     name = "paged-torch"
     cudagraph_support = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
+    accepts_output = True  # the Triton decode path writes straight into the layer's buffer
 
-    def __init__(self, scale: float | None = None) -> None:
+    def __init__(self, scale: float | None = None, use_triton: bool | None = None) -> None:
         self.scale = scale  # None: 1 / sqrt(head_dim)
+        # On CUDA, the cache write and the decode path run as two Triton kernels
+        # (mini_vllm/attention/triton_decode.py) instead of a dozen torch ones.
+        # MINI_VLLM_ATTENTION=torch keeps the plain torch path everywhere.
+        if use_triton is None:
+            use_triton = os.environ.get("MINI_VLLM_ATTENTION", "auto") != "torch" and triton_available()
+        self.use_triton = use_triton
 
-    def forward(self, q, k, v, kv_cache, metadata: PagedAttentionMetadata):
+    def forward(self, q, k, v, kv_cache, metadata: PagedAttentionMetadata, output=None):
         if kv_cache is None:
             raise RuntimeError("the paged backend needs a KV cache tensor bound to the layer")
-        write_kv(kv_cache, k, v, metadata.slot_mapping[: k.shape[0]])
+        slots = metadata.slot_mapping[: k.shape[0]]
+        triton_here = self.use_triton and q.is_cuda
+        if triton_here:
+            triton_write_kv(kv_cache, k, v, slots)
+        else:
+            write_kv(kv_cache, k, v, slots)
         if metadata.uniform_decode:
+            if triton_here:
+                num_reqs = q.shape[0]
+                return triton_paged_decode(q, kv_cache, metadata.block_tables[:num_reqs],
+                                           metadata.seq_lens[:num_reqs], self.scale, output)
             return self._decode(q, kv_cache, metadata)
         return self._varlen(q, kv_cache, metadata)
 

@@ -34,6 +34,10 @@ MODES = {
     "full": dict(cudagraph_mode="full_decode_only"),
     "piecewise": dict(cudagraph_mode="piecewise"),
     "full_and_piecewise": dict(cudagraph_mode="full_and_piecewise"),
+    "compile": dict(cudagraph_mode="none", compilation_mode="vllm_compile"),
+    "compile+full": dict(cudagraph_mode="full_decode_only", compilation_mode="vllm_compile"),
+    "compile+piecewise": dict(cudagraph_mode="piecewise", compilation_mode="vllm_compile"),
+    "compile+full_and_piecewise": dict(cudagraph_mode="full_and_piecewise", compilation_mode="vllm_compile"),
 }
 
 
@@ -58,6 +62,7 @@ class GraphDecodeReport:
     modes: list[str]
     results: dict[tuple[int, str], ModeResult] = field(default_factory=dict)
     hf_ms: dict[int, float] = field(default_factory=dict)
+    hf_compiled_ms: float | None = None  # batch 1, static cache + torch.compile
     floor_ms: dict[int, float] = field(default_factory=dict)
     bandwidth_gbs: float | None = None
     refit: str | None = None
@@ -146,30 +151,48 @@ def _hf_step_ms(hf, batch: int, context_len: int, steps: int, vocab: int, device
     return (long - short) / steps * 1000
 
 
-def _engine_for(model, mode: str, batch: int, context_len: int, steps: int, device: str, dtype, block_size: int):
+def _hf_compiled_step_ms(hf, context_len: int, steps: int, vocab: int, device: torch.device, log) -> float | None:
+    """transformers with a static KV cache and its forward compiled (mode="reduce-overhead":
+    Inductor plus CUDA graphs), batch 1, as its documentation describes; None if it fails."""
+    try:
+        hf.generation_config.cache_implementation = "static"
+        hf.forward = torch.compile(hf.forward, mode="reduce-overhead", fullgraph=True)
+        start = time.perf_counter()
+        ms = _hf_step_ms(hf, 1, context_len, steps, vocab, device)
+        log(f"transformers static cache + compile: {ms:.2f} ms/step (warm-up and compile {time.perf_counter() - start:.0f} s)")
+        return ms
+    except Exception as exc:  # a baseline, not our code: report and go on
+        log(f"transformers static cache + compile failed: {type(exc).__name__}: {str(exc)[:200]}")
+        return None
+
+
+def _engine_for(model, mode: str, batch_sizes: list[int], context_len: int, steps: int, device: str, dtype,
+                block_size: int):
+    """One engine per mode, for every batch size: graphs captured (and code compiled) once."""
     from mini_vllm.engine.engine_config import EngineConfig
     from mini_vllm.engine.llm_engine import LLMEngine
 
-    max_len = context_len + steps + 32
+    largest = max(batch_sizes)
     config = EngineConfig(
-        model="(shared)", device=device, dtype=dtype, max_num_seqs=batch,
-        max_num_batched_tokens=max(batch * context_len, 256), max_model_len=max_len, block_size=block_size,
-        cudagraph_capture_sizes=[batch], **MODES[mode],
+        model="(shared)", device=device, dtype=dtype, max_num_seqs=largest,
+        max_num_batched_tokens=max(largest * context_len, 256), max_model_len=context_len + steps + 32,
+        block_size=block_size, cudagraph_capture_sizes=sorted(set(batch_sizes)), **MODES[mode],
     )
     return LLMEngine(config, model, tokenizer=None, capture_progress=False)
 
 
-def _measure_mode(model, mode: str, batch: int, context_len: int, steps: int, warmup: int, device, dtype,
-                  block_size: int) -> ModeResult:
+def _measure_batch(engine, batch: int, context_len: int, steps: int, warmup: int, device) -> ModeResult:
     from mini_vllm.sampling_params import SamplingParams
 
-    engine = _engine_for(model, mode, batch, context_len, steps + warmup, str(device), dtype, block_size)
     runner = engine.runner
-    gen = torch.Generator().manual_seed(0)
+    vocab = engine.model.config.vocab_size
+    gen = torch.Generator().manual_seed(batch)
     params = SamplingParams(temperature=0, max_tokens=steps + warmup + 16, ignore_eos=True)
     for _ in range(batch):
-        engine.add_request(torch.randint(3, model.config.vocab_size, (context_len,), generator=gen).tolist(), params)
-    while not engine.scheduler.num_running or engine.scheduler.num_waiting or not engine.stats.steps or not engine.stats.steps[-1].uniform_decode:
+        engine.add_request(torch.randint(3, vocab, (context_len,), generator=gen).tolist(), params)
+    # Prefill (in one or more chunks) until every request decodes.
+    engine.step()
+    while not engine.stats.steps[-1].uniform_decode:
         engine.step()
     for _ in range(warmup):
         engine.step()
@@ -185,19 +208,37 @@ def _measure_mode(model, mode: str, batch: int, context_len: int, steps: int, wa
         modes.add(runner.last_step.runtime_mode)
     runner.time_forward = False
     kernels = _count_kernels(device, engine.step)
-    report = runner.capture_report
-    result = ModeResult(
+    while engine.has_unfinished_requests():  # let this batch finish before the next one
+        engine.step()
+    return ModeResult(
         step_ms=statistics.median(step_s) * 1000,
         forward_ms=statistics.median(forward_s) * 1000,
         kernels=kernels,
         runtime_mode="/".join(sorted(modes)),
-        capture_s=report.seconds if report else 0.0,
-        graph_mib=(report.graph_memory_bytes / 2**20) if report and report.graph_memory_bytes is not None else None,
     )
+
+
+def _measure_mode(model, mode: str, batch_sizes: list[int], context_len: int, steps: int, warmup: int,
+                  device, dtype, block_size: int, log) -> dict[int, ModeResult]:
+    start = time.perf_counter()
+    engine = _engine_for(model, mode, batch_sizes, context_len, steps + warmup, str(device), dtype, block_size)
+    report, compiled = engine.runner.capture_report, engine.runner.compile_report
+    log(f"{mode}: engine ready in {time.perf_counter() - start:.1f} s"
+        + (f" ({compiled.line()})" if compiled else "")
+        + (f", {report.num_graphs} graphs captured in {report.seconds:.1f} s" if report else ""))
+    results = {}
+    for batch in batch_sizes:
+        result = _measure_batch(engine, batch, context_len, steps, warmup, device)
+        if report:
+            result.capture_s = report.seconds
+            result.graph_mib = report.graph_memory_bytes / 2**20 if report.graph_memory_bytes is not None else None
+        results[batch] = result
+        log(f"batch {batch:3d} {mode:>18}: step {result.step_ms:7.3f} ms, forward {result.forward_ms:7.3f} ms, "
+            f"kernels {result.kernels}, ran as {result.runtime_mode}")
     del engine
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return result
+    return results
 
 
 def run_graph_decode_bench(
@@ -212,6 +253,7 @@ def run_graph_decode_bench(
     compare_hf: bool = False,
     block_size: int = 16,
     log=print,
+    compare_hf_compile: bool = False,
 ) -> GraphDecodeReport:
     from mini_vllm.launch_overhead import refit_preset, simulate_step
     from mini_vllm.models.loader import load_model, resolve_device, resolve_dtype
@@ -232,17 +274,21 @@ def run_graph_decode_bench(
         from mini_vllm.bench.decode import _hf_reference
 
         hf = _hf_reference(model)
-    for batch in batch_sizes:
-        for mode in modes:
-            result = _measure_mode(model, mode, batch, context_len, steps, warmup, dev, dt, block_size)
+    for mode in modes:
+        for batch, result in _measure_mode(model, mode, list(batch_sizes), context_len, steps, warmup, dev, dt,
+                                           block_size, log).items():
             report.results[(batch, mode)] = result
-            log(f"batch {batch:3d} {mode:>18}: step {result.step_ms:7.3f} ms, forward {result.forward_ms:7.3f} ms, "
-                f"kernels {result.kernels}, ran as {result.runtime_mode}")
+    for batch in batch_sizes:
         if hf is not None:
             report.hf_ms[batch] = _hf_step_ms(hf, batch, context_len, min(steps, 16), config.vocab_size, dev)
             log(f"batch {batch:3d} {'transformers':>18}: step {report.hf_ms[batch]:7.3f} ms")
         if bandwidth:
             report.floor_ms[batch] = decode_floor_bytes(model, batch, context_len) / bandwidth * 1000
+    if compare_hf_compile and dev.type == "cuda":
+        from mini_vllm.bench.decode import _hf_reference
+
+        report.hf_compiled_ms = _hf_compiled_step_ms(_hf_reference(model), context_len, min(steps, 16),
+                                                     config.vocab_size, dev, log)
     # The simulator's SmolLM2 preset, refitted to this run's eager batch-1 forward.
     eager, full = report.results.get((1, "eager")), report.results.get((1, "full"))
     if eager and full and eager.kernels and config.num_hidden_layers == 30 and config.hidden_size == 576:
@@ -305,6 +351,11 @@ def format_graph_markdown(report: GraphDecodeReport, command: str) -> str:
         for b, m, r in captures:
             mem = f", {r.graph_mib:.1f} MiB" if r.graph_mib is not None else ""
             lines.append(f"- batch {b}, {m}: {r.capture_s:.2f} s{mem}")
+    if report.hf_compiled_ms is not None:
+        best1 = min(report.results[(report.batch_sizes[0], m)].step_ms for m in report.modes)
+        lines += ["", f"transformers with a static cache and torch.compile (mode=reduce-overhead), batch "
+                      f"{report.batch_sizes[0]}: {report.hf_compiled_ms:.2f} ms/step; our best: {best1:.3f} ms "
+                      f"({report.hf_compiled_ms / best1:.2f}x)"]
     if report.refit:
         lines += ["", report.refit]
     return "\n".join(lines) + "\n"

@@ -38,6 +38,8 @@ def _add_decode(subparsers) -> None:
     g.add_argument("--context-len", type=int, default=128, help="prompt tokens before decoding (default: %(default)s)")
     g.add_argument("--steps", type=int, default=30, help="timed decode steps per point (default: %(default)s)")
     g.add_argument("--compare-hf", action="store_true", help="also time transformers' eager generate")
+    g.add_argument("--compare-hf-compile", action="store_true",
+                   help="also time transformers with a static cache and torch.compile (CUDA, first batch size)")
 
 
 def _run_decode(args: argparse.Namespace) -> int:
@@ -85,12 +87,14 @@ def _run_decode_graphs(args: argparse.Namespace) -> int:
         raise UserError("batch sizes, --context-len and --steps must be >= 1")
     model = args.model if args.model != "smollm2-135m-instruct" else "smollm2-135m"
     report = run_graph_decode_bench(model, args.device, args.dtype, batch_sizes, modes, args.context_len,
-                                    args.steps, compare_hf=args.compare_hf, log=lambda line: print(line, flush=True))
+                                    args.steps, compare_hf=args.compare_hf, log=lambda line: print(line, flush=True),
+                                    compare_hf_compile=args.compare_hf_compile)
     command = "python -m mini_vllm bench decode " + " ".join(
         shlex.quote(w) for w in [
             "--device", args.device, "--batch-sizes", args.batch_sizes, "--modes", args.modes,
             *(["--model", args.model] if args.model != "smollm2-135m-instruct" else []),
             *(["--compare-hf"] if args.compare_hf else []),
+            *(["--compare-hf-compile"] if args.compare_hf_compile else []),
         ])
     text = format_graph_markdown(report, command)
     print(text)

@@ -62,14 +62,17 @@ def attention(
     layer = _LAYERS[layer_name]
     metadata = get_forward_context().attn_metadata
     num_tokens = q.shape[0]
+    target = output.view(num_tokens, layer.num_heads, layer.head_dim)
     out = layer.impl.forward(
         q.view(num_tokens, layer.num_heads, layer.head_dim),
         k.view(num_tokens, layer.num_kv_heads, layer.head_dim),
         v.view(num_tokens, layer.num_kv_heads, layer.head_dim),
         layer.kv_cache,
         metadata,
+        **({"output": target} if layer.impl.accepts_output else {}),
     )
-    output.copy_(out.reshape(num_tokens, layer.num_heads * layer.head_dim))
+    if out is not target:  # the backend did not write in place
+        target.copy_(out)
 
 
 @attention.register_fake

@@ -21,9 +21,11 @@ from typing import Any, Callable
 import torch
 
 from mini_vllm.compilation.cuda_graph import CUDAGraphWrapper, GraphCounters
+from mini_vllm.compilation.decorators import TorchCompileWrapper
 from mini_vllm.compilation.graph_backend import GraphBackend
+from mini_vllm.compilation.piecewise_backend import CompileStats, PiecewiseCompileBackend
 from mini_vllm.compilation.split import SplitItem, is_attention_node, split_graph, trace_with_opaque_attention
-from mini_vllm.config import CUDAGraphMode
+from mini_vllm.config import CompilationMode, CUDAGraphMode
 
 __all__ = ["GraphForward", "build_graph_forward", "wrap_pieces"]
 
@@ -35,8 +37,20 @@ class GraphForward:
     forward: Callable[..., Any]
     counters: GraphCounters = field(default_factory=GraphCounters)
     full_wrapper: CUDAGraphWrapper | None = None
-    piece_wrappers: list[CUDAGraphWrapper] = field(default_factory=list)
-    split_items: list[SplitItem] = field(default_factory=list)
+    _piece_wrappers: list[CUDAGraphWrapper] = field(default_factory=list)
+    _split_items: list[SplitItem] = field(default_factory=list)
+    compile_stats: CompileStats | None = None  # set when the model is compiled
+    compiler: TorchCompileWrapper | None = None
+
+    # With torch.compile the pieces only exist once Dynamo has traced the model, so
+    # they are read from the compile statistics rather than fixed at build time.
+    @property
+    def piece_wrappers(self) -> list[CUDAGraphWrapper]:
+        return self.compile_stats.piece_wrappers if self.compile_stats else self._piece_wrappers
+
+    @property
+    def split_items(self) -> list[SplitItem]:
+        return self.compile_stats.split_items if self.compile_stats else self._split_items
 
     @property
     def num_captured_graphs(self) -> int:
@@ -80,18 +94,31 @@ def build_graph_forward(
     *,
     pool: Any = None,
     debug: bool = False,
+    compilation_mode: CompilationMode = CompilationMode.NONE,
 ) -> GraphForward:
-    """Wrap `model` (a module whose forward takes input_ids and positions) for `mode`."""
+    """Wrap `model` (a module whose forward takes input_ids and positions) for `mode`.
+
+    Without compilation the pieces come from torch.fx (attention kept opaque); with
+    VLLM_COMPILE they come from Dynamo's trace, split and compiled by the piecewise
+    backend at the first call; with the other compile levels there are no pieces.
+    """
     counters = GraphCounters()
-    if mode is CUDAGraphMode.NONE:
-        return GraphForward(model, counters)
-    forward: Callable[..., Any] = model
     result = GraphForward(model, counters)
-    if mode.requires_piecewise_compilation():
+    forward: Callable[..., Any] = model
+    if compilation_mode is not CompilationMode.NONE:
+        stats = CompileStats()
+        piece_backend = None
+        if compilation_mode is CompilationMode.VLLM_COMPILE:
+            piece_backend = PiecewiseCompileBackend(
+                backend, pool, counters, piecewise_graphs=mode.requires_piecewise_compilation(), stats=stats,
+            )
+        result.compiler = TorchCompileWrapper.attach(model, compilation_mode, piece_backend, stats)
+        result.compile_stats = stats
+    elif mode.requires_piecewise_compilation():
         traced = trace_with_opaque_attention(model)
         split, items = split_graph(traced, is_attention_node(traced))
-        result.piece_wrappers = wrap_pieces(split, items, backend, pool, counters)
-        result.split_items = items
+        result._piece_wrappers = wrap_pieces(split, items, backend, pool, counters)
+        result._split_items = items
         forward = split
     if mode.has_full_cudagraphs():
         result.full_wrapper = CUDAGraphWrapper(

@@ -29,7 +29,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-__all__ = ["CPUGraph", "CaptureError", "cpu_graph"]
+__all__ = ["CPUGraph", "CallableGraph", "CaptureError", "cpu_graph"]
 
 aten = torch.ops.aten
 
@@ -83,7 +83,8 @@ class _RecordingMode(TorchDispatchMode):
             )
         outputs = func(*args, **kwargs)
         flat, _ = tree_flatten(outputs)
-        if any(not isinstance(x, torch.Tensor) for x in flat):
+        # None is what ops that only write their arguments return (mini_vllm::attention).
+        if any(x is not None and not isinstance(x, torch.Tensor) for x in flat):
             raise CaptureError(
                 f"{func} returned a host value ({type(next(x for x in flat if not isinstance(x, torch.Tensor))).__name__}) "
                 "during graph capture; only tensor operations can be recorded"
@@ -157,8 +158,11 @@ class CPUGraph:
             if node.mode == "compute":
                 # Results land in the tensors the capture produced, which later
                 # nodes (and the caller) hold: same addresses on every replay.
-                tree_map(lambda dst, src: dst.copy_(src) if isinstance(dst, torch.Tensor) else None,
-                         node.outputs, result)
+                if isinstance(node.outputs, torch.Tensor):
+                    node.outputs.copy_(result)
+                else:
+                    tree_map(lambda dst, src: dst.copy_(src) if isinstance(dst, torch.Tensor) else None,
+                             node.outputs, result)
     # ANCHOR_END: cpu_replay
 
     def reset(self) -> None:
@@ -177,3 +181,37 @@ def cpu_graph(graph: CPUGraph, pool: object = None, stream: object = None) -> It
         yield graph
     finally:
         graph.capture_end()
+
+
+# ANCHOR: callable_graph
+class CallableGraph:
+    """Capture and replay at the level of one call, for code the recorder cannot see into.
+
+    Inductor's CPU kernels are compiled C++ called directly, not ATen operators, so the
+    dispatch-level recorder would miss them. Compiled code has no Python control flow
+    left in it, though, so re-running the compiled callable on the captured arguments
+    keeps the semantics that matter: it reads the static input buffers (stale if not
+    copied in), and its results are copied into the output captured the first time,
+    which every replay returns.
+    """
+
+    def __init__(self) -> None:
+        self._call: tuple | None = None
+        self.output = None
+
+    def capture(self, runnable, args: tuple, kwargs: dict):
+        if self._call is not None:
+            raise CaptureError("this graph was already captured")
+        self._call = (runnable, args, kwargs)
+        self.output = runnable(*args, **kwargs)
+        return self.output
+
+    def replay(self) -> None:
+        if self._call is None:
+            raise CaptureError("replay() before the graph was captured")
+        runnable, args, kwargs = self._call
+        with torch.inference_mode():
+            result = runnable(*args, **kwargs)
+            tree_map(lambda dst, src: dst.copy_(src) if isinstance(dst, torch.Tensor) else None, self.output, result)
+# ANCHOR_END: callable_graph
+

@@ -25,6 +25,7 @@ from unittest import mock
 
 import torch
 
+from mini_vllm.compilation.cpu_graph import CallableGraph
 from mini_vllm.compilation.graph_backend import GraphBackend
 from mini_vllm.compilation.monitor import validate_cudagraph_capturing_enabled
 from mini_vllm.config import CUDAGraphMode
@@ -48,6 +49,11 @@ class GraphCounters:
 
     captured: int = 0
     replayed: int = 0
+
+
+def is_compiled(runnable: Any) -> bool:
+    """A piece compiled by Inductor, or a model whose calls go to compiled code."""
+    return bool(getattr(runnable, "mini_vllm_compiled", False)) or "_compile_wrapper" in getattr(runnable, "__dict__", {})
 
 
 def _tensor_addresses(args: tuple) -> list[int]:
@@ -124,8 +130,12 @@ class CUDAGraphWrapper:
         for patch in patches:
             patch.start()
         try:
-            with self.backend.capture(entry.graph, self.pool):
-                entry.output = self.runnable(*args, **kwargs)
+            if self.backend.records_aten_ops and is_compiled(self.runnable):
+                entry.graph = CallableGraph()  # compiled CPU code is not made of ATen ops
+                entry.output = entry.graph.capture(self.runnable, args, kwargs)
+            else:
+                with self.backend.capture(entry.graph, self.pool):
+                    entry.output = self.runnable(*args, **kwargs)
         finally:
             for patch in reversed(patches):
                 patch.stop()

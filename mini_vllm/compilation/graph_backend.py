@@ -21,6 +21,9 @@ __all__ = ["CPUGraphBackend", "CUDAGraphBackend", "GraphBackend", "graph_backend
 
 class GraphBackend:
     name = "abstract"
+    # True when a capture records ATen operators (the CPU recorder) rather than the
+    # device's kernels: compiled code must then be captured at the call level.
+    records_aten_ops = False
 
     def new_graph(self) -> Any:
         raise NotImplementedError
@@ -78,6 +81,7 @@ class CUDAGraphBackend(GraphBackend):
 
 class CPUGraphBackend(GraphBackend):
     name = "cpu-recording"
+    records_aten_ops = True
 
     def new_graph(self) -> CPUGraph:
         return CPUGraph()

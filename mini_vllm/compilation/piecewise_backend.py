@@ -48,6 +48,19 @@ class CompileStats:
     graph: torch.fx.GraphModule | None = None  # the last graph Dynamo traced (for diagnostics)
 
 
+class CompiledPiece:
+    """A piece compiled by Inductor (marked, so that graph capture knows what it holds)."""
+
+    mini_vllm_compiled = True
+
+    def __init__(self, compiled: Callable[..., Any], name: str) -> None:
+        self.compiled = compiled
+        self.__name__ = name
+
+    def __call__(self, *args: Any) -> Any:
+        return self.compiled(*args)
+
+
 def inductor_compile(gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
     from torch._inductor.compile_fx import compile_fx
 
@@ -100,7 +113,7 @@ class PiecewiseCompileBackend:
         def compile_piece(name: str, module: torch.fx.GraphModule, args: tuple) -> None:
             if name not in to_compile:
                 return  # attention: stays the opaque eager op
-            runnable = inductor_compile(module, list(args)) if self.compile_pieces else module
+            runnable = CompiledPiece(inductor_compile(module, list(args)), name) if self.compile_pieces else module
             self.stats.compiled_pieces += 1
             if self.piecewise_graphs:
                 runnable = CUDAGraphWrapper(

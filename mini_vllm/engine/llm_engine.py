@@ -40,7 +40,9 @@ class LLMEngine:
         self.scheduler = Scheduler(config.scheduler_config(self.max_model_len), self.block_manager, eos_token_id=eos)
         self.runner = ModelRunner(model, config, self.max_model_len, num_blocks)
         # ANCHOR_END: engine_init
-        # Phase 05: capture every graph now, before serving; the window then closes.
+        # Phase 05: compile (if asked), then capture every graph now, before serving;
+        # the capture window then closes.
+        self.runner.compile_model()
         self.runner.capture_model(progress=capture_progress)
         self.stats = EngineStats()
         self._next_id = 0

@@ -28,7 +28,8 @@ from mini_vllm.capture_sizes import default_capture_sizes, normalize_capture_siz
 from mini_vllm.compilation.backends import GraphForward, build_graph_forward
 from mini_vllm.compilation.graph_backend import graph_backend_for
 from mini_vllm.compilation.monitor import set_cudagraph_capturing_enabled
-from mini_vllm.config import CUDAGraphMode, resolve_cudagraph_mode
+from mini_vllm.compilation.compile_cache import CompileReport, compile_and_record
+from mini_vllm.config import CompilationMode, CUDAGraphMode, resolve_cudagraph_mode
 from mini_vllm.cudagraph_dispatcher import CudagraphDispatcher
 from mini_vllm.engine.engine_config import EngineConfig
 from mini_vllm.engine.model_inputs import ModelInputs, pad_inputs, prepare_inputs
@@ -93,8 +94,12 @@ class ModelRunner:
         # Phase 05: which graphs exist. Attention can always be split here (the model
         # is traced with torch.fx and cut at its Attention layers, or compiled and cut
         # at the attention op), so the downgrade only depends on the backend's support.
+        self.compilation_mode = config.compilation_mode
+        # Attention is a split point eagerly (torch.fx) and at VLLM_COMPILE (Dynamo);
+        # the plain compile levels trace the model whole, so they cannot do piecewise.
+        split = self.compilation_mode in (CompilationMode.NONE, CompilationMode.VLLM_COMPILE)
         self.cudagraph_mode = resolve_cudagraph_mode(
-            config.cudagraph_mode, self.attn_backend.cudagraph_support, attention_is_split=True
+            config.cudagraph_mode, self.attn_backend.cudagraph_support, attention_is_split=split
         )
         if self.cudagraph_mode is CUDAGraphMode.NONE:
             self.capture_sizes: list[int] = []
@@ -107,9 +112,10 @@ class ModelRunner:
         self.graphs: GraphForward = build_graph_forward(
             model.model, self.cudagraph_mode, self.graph_backend,
             pool=self.graph_backend.new_pool() if self.cudagraph_mode is not CUDAGraphMode.NONE else None,
-            debug=config.debug_cudagraphs,
+            debug=config.debug_cudagraphs, compilation_mode=self.compilation_mode,
         )
         self.capture_report: CaptureReport | None = None
+        self.compile_report: CompileReport | None = None
         # ANCHOR_END: graph_setup
 
         self.sampler = Sampler()
@@ -178,8 +184,14 @@ class ModelRunner:
         sampled: list[int | None] = [None] * output.num_reqs
         if inputs.logits_indices:
             # Only the rows that sample go through the LM head, after the graph (if any).
-            rows = torch.tensor(inputs.logits_indices, dtype=torch.long, device=self.device)
-            logits = self.model.compute_logits(hidden_states.index_select(0, rows))
+            # In a decode step they are the first rows in order: a slice, no index copy.
+            k = len(inputs.logits_indices)
+            if inputs.logits_indices == list(range(k)):
+                selected = hidden_states[:k]
+            else:
+                rows = torch.tensor(inputs.logits_indices, dtype=torch.long).to(self.device, non_blocking=True)
+                selected = hidden_states.index_select(0, rows)
+            logits = self.model.compute_logits(selected)
             seqs = [output.scheduled[r].seq for r in inputs.sampling_rows]
             params = [seq.sampling_params for seq in seqs]
             generators = [self._generator(seq) for seq in seqs]
@@ -204,6 +216,30 @@ class ModelRunner:
             block_tables=[[] for _ in range(rows)], logits_indices=[], sampling_rows=[],
             uniform_decode=descriptor.uniform, num_real_tokens=n,
         )
+
+    # ANCHOR: compile_model
+    @torch.inference_mode()
+    def compile_model(self) -> CompileReport | None:
+        """Trace and compile the model once, before capture, with a dummy batch.
+
+        The dummy batch has at least two tokens: Dynamo specialises sizes 0 and 1, and
+        the token dimension must stay symbolic so one compiled graph serves every size.
+        """
+        if self.compilation_mode is CompilationMode.NONE:
+            return None
+        n = max(2, min(16, self.max_num_tokens))
+        inputs = self._dummy_inputs(BatchDescriptor(n))
+
+        def run_once() -> None:
+            metadata = self._copy_in(inputs, self._table_width(inputs, CUDAGraphMode.NONE))
+            with set_forward_context(CUDAGraphMode.NONE, None, metadata):
+                self.graphs.forward(self.input_ids[:n], self.positions[:n])
+            self.graph_backend.synchronize()
+
+        self.compile_report = compile_and_record(self.model.config, self.compilation_mode, self.device,
+                                                 self.graphs.compile_stats, run_once)
+        return self.compile_report
+    # ANCHOR_END: compile_model
 
     # ANCHOR: capture_model
     @torch.inference_mode()

@@ -70,17 +70,19 @@ class Attention(nn.Module):
             return output
         metadata = get_forward_context().attn_metadata
         num_tokens = q.shape[0]
+        target = output.view(num_tokens, self.num_heads, self.head_dim) if output is not None else None
         out = self.impl.forward(
             q.view(num_tokens, self.num_heads, self.head_dim),
             k.view(num_tokens, self.num_kv_heads, self.head_dim),
             v.view(num_tokens, self.num_kv_heads, self.head_dim),
             self.kv_cache,
             metadata,
+            **({"output": target} if target is not None and self.impl.accepts_output else {}),
         )
-        out = out.reshape(num_tokens, self.num_heads * self.head_dim)
         if output is None:
-            return out
-        output.copy_(out)
+            return out.reshape(num_tokens, self.num_heads * self.head_dim)
+        if out is not target:  # the backend did not write in place
+            target.copy_(out)
         return output
     # ANCHOR_END: attention_layer_forward
 

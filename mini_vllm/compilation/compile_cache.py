@@ -1,0 +1,107 @@
+"""Where compiled code is kept between runs, and how long compiling took, cold and warm.
+
+vLLM counterpart: vllm/compilation/compiler_interface.py and backends.py (vLLM keeps
+Inductor's artifacts under `~/.cache/vllm/torch_compile_cache/<hash>/`, with the hash
+covering the config and the model code) and its "compile took N s" start-up log.
+
+Two caches make the second start faster:
+- Inductor's own: compiled kernels and FX graphs, keyed by graph structure and
+  inputs. mini_vllm points `TORCHINDUCTOR_CACHE_DIR` at `$MINI_VLLM_CACHE/inductor`
+  (unless you set it) and turns on the FX-graph and AOT-autograd caches.
+- mini_vllm's own record, `$MINI_VLLM_CACHE/compile/<key>.json`: the compile times
+  of earlier starts of the same model shape, compilation mode, device and PyTorch,
+  so start-up can print this start's time next to the previous one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from mini_vllm.config import CompilationMode
+
+__all__ = ["CompileReport", "compile_and_record", "inductor_cache_dir"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    mode: str
+    seconds: float  # this start: tracing + compiling + the first run
+    previous_seconds: float | None  # the previous start with the same key, if any
+    dynamo_graphs: int
+    compiled_pieces: int
+    cache_dir: str
+
+    def line(self) -> str:
+        before = f"; previous start {self.previous_seconds:.1f} s" if self.previous_seconds is not None else \
+            " (first start: cold cache)"
+        return (f"compiled at {self.mode} in {self.seconds:.1f} s, {self.compiled_pieces} piece(s), "
+                f"{self.dynamo_graphs} Dynamo graph(s){before}; cache {self.cache_dir}")
+
+
+def _cache_root() -> Path:
+    from mini_vllm.weights.cache import cache_root
+
+    return cache_root()
+
+
+def inductor_cache_dir() -> str:
+    """Point Inductor's caches at the mini_vllm cache directory (once; a user's setting wins)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    # Importing Inductor writes its default into the environment, so "unset" means
+    # absent or equal to that default; anything else is the user's choice and wins.
+    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if current is None or current == default_cache_dir():
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(_cache_root() / "inductor")
+    import torch._functorch.config
+    import torch._inductor.config
+
+    torch._inductor.config.fx_graph_cache = True
+    torch._functorch.config.enable_autograd_cache = True
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
+
+
+def _record_path(model_config, mode: CompilationMode, device: torch.device) -> Path:
+    key_source = json.dumps(
+        {"model": {k: v for k, v in vars(model_config).items() if k != "name"}, "mode": mode.name,
+         "device": device.type, "torch": torch.__version__},
+        sort_keys=True, default=str,
+    )
+    key = hashlib.sha256(key_source.encode()).hexdigest()[:16]
+    return _cache_root() / "compile" / f"{key}.json"
+
+
+# ANCHOR: compile_and_record
+def compile_and_record(model_config, mode: CompilationMode, device: torch.device, stats,
+                       run_once: Callable[[], None]) -> CompileReport:
+    """Run the first (compiling) forward, time it, and compare with the previous start."""
+    cache_dir = inductor_cache_dir()
+    record = _record_path(model_config, mode, device)
+    history = json.loads(record.read_text()) if record.exists() else []
+    start = time.perf_counter()
+    run_once()
+    seconds = time.perf_counter() - start
+    report = CompileReport(
+        mode=mode.name, seconds=seconds,
+        previous_seconds=history[-1]["seconds"] if history else None,
+        dynamo_graphs=stats.dynamo_graphs, compiled_pieces=stats.compiled_pieces, cache_dir=cache_dir,
+    )
+    record.parent.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps((history + [asdict(report)])[-10:], indent=1))
+    os.replace(tmp, record)
+    logger.info(report.line())
+    print(report.line(), flush=True)
+    return report
+# ANCHOR_END: compile_and_record
