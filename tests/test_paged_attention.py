@@ -131,7 +131,11 @@ def test_triton_decode_kernels_match_the_torch_path(dtype, tol, heads, kv_heads)
     v = torch.randn(reqs, kv_heads, dim, device="cuda", dtype=dtype)
     md = PagedAttentionMetadata(slots, tables, lens, [1] * reqs, lens.tolist(), uniform_decode=True)
     fast = PagedAttentionBackend(use_triton=True).forward(q, k, v, caches[0], md)
+    mixed = PagedAttentionMetadata(slots, tables, lens, [1] * reqs, lens.tolist(), uniform_decode=False)
+    caches.append(caches[1].clone())
+    PagedAttentionBackend(use_triton=True).forward(q, k, v, caches[2], mixed)  # the write kernel alone
     slow = PagedAttentionBackend(use_triton=False).forward(q, k, v, caches[1], md)
     torch.testing.assert_close(caches[0], caches[1])  # the same slots written, scratch included
+    torch.testing.assert_close(caches[2], caches[1])
     torch.testing.assert_close(fast[:-1].float(), slow[:-1].float(), rtol=tol, atol=tol)
     assert torch.isfinite(fast).all()

@@ -126,15 +126,15 @@ class PagedAttentionBackend(AttentionBackend):
             raise RuntimeError("the paged backend needs a KV cache tensor bound to the layer")
         slots = metadata.slot_mapping[: k.shape[0]]
         triton_here = self.use_triton and q.is_cuda
+        if metadata.uniform_decode and triton_here:  # one kernel: write and attend
+            num_reqs = q.shape[0]
+            return triton_paged_decode(q, k, v, kv_cache, metadata.block_tables[:num_reqs],
+                                       metadata.seq_lens[:num_reqs], slots, self.scale, output)
         if triton_here:
             triton_write_kv(kv_cache, k, v, slots)
         else:
             write_kv(kv_cache, k, v, slots)
         if metadata.uniform_decode:
-            if triton_here:
-                num_reqs = q.shape[0]
-                return triton_paged_decode(q, kv_cache, metadata.block_tables[:num_reqs],
-                                           metadata.seq_lens[:num_reqs], self.scale, output)
             return self._decode(q, kv_cache, metadata)
         return self._varlen(q, kv_cache, metadata)
 
