@@ -44,6 +44,7 @@ class DecodeBenchResult:
     hf_s: list[float] = field(default_factory=list)
     hf_one_thread_s: list[float] = field(default_factory=list)  # CPU control run
     same_tokens: bool | None = None  # same ids up to the first EOS (last repeat)?
+    compiled: bool = False
     ours_ttft_s: float = 0.0
     ours_mean_itl_s: float = 0.0
 
@@ -107,6 +108,7 @@ def run_decode_bench(
     chat: bool = True,
     with_hf: bool = True,
     log=print,
+    compile: bool = False,
 ) -> DecodeBenchResult:
     from mini_vllm.decode_loop import generate
     from mini_vllm.models.loader import load_model, resolve_device, resolve_dtype
@@ -115,11 +117,21 @@ def run_decode_bench(
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     model, tokenizer, config = load_model(model_name, device=dev, dtype=dt)
+    if compile:
+        # Inductor fuses the small elementwise ops around each matrix-vector product;
+        # traced once, so prefill lengths and the 1-token decode share one graph.
+        from mini_vllm.compilation.compile_cache import inductor_cache_dir
+        from mini_vllm.compilation.decorators import TorchCompileWrapper
+        from mini_vllm.config import CompilationMode
+
+        inductor_cache_dir()
+        TorchCompileWrapper.attach(model.model, CompilationMode.DYNAMO_TRACE_ONCE)
+        log("model compiled with torch.compile (DYNAMO_TRACE_ONCE); the warm-up request compiles it")
     prompt = _prompt_ids(tokenizer, config.vocab_size, question, chat)
     params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
     result = DecodeBenchResult(model=str(model_name), device=str(dev), dtype=str(dt).replace("torch.", ""),
                                prompt_tokens=len(prompt), new_tokens=new_tokens, repeats=repeats,
-                               warmup=warmup, threads=torch.get_num_threads())
+                               warmup=warmup, threads=torch.get_num_threads(), compiled=compile)
 
     def ours() -> tuple[float, list[int]]:
         _sync(dev)
@@ -201,7 +213,8 @@ def format_markdown(result: DecodeBenchResult, command: str, when: date | None =
         "",
         "| engine | tokens/s (median) | s per request (each repeat) |",
         "|---|---|---|",
-        f"| mini_vllm decode loop | {result.ours_tokens_per_s:.1f} | {', '.join(f'{t:.3f}' for t in result.ours_s)} |",
+        f"| mini_vllm decode loop{' (torch.compile)' if result.compiled else ''} | {result.ours_tokens_per_s:.1f} | "
+        f"{', '.join(f'{t:.3f}' for t in result.ours_s)} |",
     ]
     if result.hf_s:
         lines.append(f"| transformers `generate` ({result.threads} threads) | {result.hf_tokens_per_s:.1f} | "

@@ -345,12 +345,14 @@ def format_graph_markdown(report: GraphDecodeReport, command: str) -> str:
         if report.floor_ms:
             row += [f"{report.floor_ms[batch]:.3f}", f"{report.floor_ms[batch] / best:.0%}"]
         lines.append("| " + " | ".join(row) + " |")
-    captures = [(b, m, r) for (b, m), r in report.results.items() if r.capture_s]
+    captures = {m: r for (b, m), r in report.results.items() if r.capture_s}  # one engine per mode
     if captures:
-        lines += ["", "Capture time and graph memory (free memory before minus after):", ""]
-        for b, m, r in captures:
+        sizes = ", ".join(str(b) for b in report.batch_sizes)
+        lines += ["", f"Capture (one engine per mode, sizes {sizes}): time and graph memory (free memory "
+                      "before minus after):", ""]
+        for m, r in captures.items():
             mem = f", {r.graph_mib:.1f} MiB" if r.graph_mib is not None else ""
-            lines.append(f"- batch {b}, {m}: {r.capture_s:.2f} s{mem}")
+            lines.append(f"- {m}: {r.capture_s:.2f} s{mem}")
     if report.hf_compiled_ms is not None:
         best1 = min(report.results[(report.batch_sizes[0], m)].step_ms for m in report.modes)
         lines += ["", f"transformers with a static cache and torch.compile (mode=reduce-overhead), batch "

@@ -27,6 +27,8 @@ def _add_decode(subparsers) -> None:
     p.add_argument("--repeats", type=int, default=5, help="timed repeats, median reported (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up requests (default: %(default)s)")
     p.add_argument("--no-hf", action="store_true", help="time mini_vllm only")
+    p.add_argument("--compile", action="store_true",
+                   help="compile our model with torch.compile (Inductor) first; the warm-up request compiles it")
     p.add_argument("--output", default=None,
                    help="markdown file for the result (default: benchmarks/results/decode-<device type>.md)")
     p.add_argument("--no-output", action="store_true", help="print only, write no file")
@@ -53,7 +55,7 @@ def _run_decode(args: argparse.Namespace) -> int:
         raise UserError("--new-tokens and --repeats must be >= 1 and --warmup >= 0")
     result = run_decode_bench(args.model, args.device, args.dtype, new_tokens=args.new_tokens,
                               repeats=args.repeats, warmup=args.warmup, with_hf=not args.no_hf,
-                              log=lambda line: print(line, flush=True))
+                              log=lambda line: print(line, flush=True), compile=args.compile)
     print(f"mini_vllm decode loop: {result.ours_tokens_per_s:.1f} tokens/s")
     if result.hf_s:
         print(f"transformers generate: {result.hf_tokens_per_s:.1f} tokens/s")
@@ -64,7 +66,8 @@ def _run_decode(args: argparse.Namespace) -> int:
     if not args.no_output:
         command = _decode_command_line(args)
         device_type = args.device.split(":")[0]
-        out = Path(args.output or f"benchmarks/results/decode-{device_type}.md")
+        suffix = "-compiled" if args.compile else ""
+        out = Path(args.output or f"benchmarks/results/decode-{device_type}{suffix}.md")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(format_markdown(result, command), encoding="utf-8")
         print(f"wrote {out}")
@@ -117,13 +120,55 @@ def _decode_command_line(args: argparse.Namespace) -> str:
             words += [f"--{name.replace('_', '-')}", str(value)]
     if args.no_hf:
         words.append("--no-hf")
+    if args.compile:
+        words.append("--compile")
     if args.output:
         words += ["--output", args.output]
     return " ".join(shlex.quote(w) for w in words)
 
 
+def _add_throughput(subparsers) -> None:
+    p = subparsers.add_parser(
+        "throughput",
+        help="continuous batching vs transformers' generate one prompt at a time",
+        description="Generate for many prompts with mini_vllm's engine (all at once) and with transformers' "
+                    "generate (one after another) on the same weights; print tokens/s for both and the ratio.",
+    )
+    p.add_argument("--model", default="smollm2-135m-instruct", help="model name or HF directory (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    p.add_argument("--num-prompts", type=int, default=16, help="(default: %(default)s)")
+    p.add_argument("--new-tokens", type=int, default=64, help="tokens generated per prompt (default: %(default)s)")
+    p.add_argument("--max-num-seqs", type=int, default=16, help="engine batch limit (default: %(default)s)")
+    p.add_argument("--no-hf", action="store_true", help="time mini_vllm only")
+    p.add_argument("--output", default=None, help="markdown file (default: benchmarks/results/throughput-<device>.md)")
+    p.add_argument("--no-output", action="store_true", help="print only, write no file")
+
+
+def _run_throughput(args: argparse.Namespace) -> int:
+    from mini_vllm.bench.throughput import format_throughput_markdown, run_throughput_bench
+    from mini_vllm.errors import UserError
+
+    if args.num_prompts < 1 or args.new_tokens < 1 or args.max_num_seqs < 1:
+        raise UserError("--num-prompts, --new-tokens and --max-num-seqs must be >= 1")
+    result = run_throughput_bench(args.model, args.device, args.num_prompts, args.new_tokens, args.max_num_seqs,
+                                  with_hf=not args.no_hf, log=lambda line: print(line, flush=True))
+    words = ["python", "-m", "mini_vllm", "bench", "throughput", "--device", args.device,
+             "--num-prompts", str(args.num_prompts)]
+    if args.new_tokens != 64:
+        words += ["--new-tokens", str(args.new_tokens)]
+    text = format_throughput_markdown(result, " ".join(shlex.quote(w) for w in words))
+    print(text)
+    if not args.no_output:
+        out = Path(args.output or f"benchmarks/results/throughput-{args.device.split(':')[0]}.md")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        print(f"wrote {out}")
+    return 0
+
+
 SUBCOMMANDS = {
     "decode": (_add_decode, _run_decode),
+    "throughput": (_add_throughput, _run_throughput),
 }
 
 
