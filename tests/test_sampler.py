@@ -107,9 +107,10 @@ def test_lockstep_batch_matches_single_requests_and_context_limit(tiny):
     for prompt, p, result in zip(prompts, params, batch):
         assert generate(model, prompt, p).token_ids == result.token_ids
     assert [r.num_generated for r in batch] == [6, 4]
-    # The context limit ends generation ("length") and refuses prompts that do not fit.
+    # The context limit ends generation ("length") once prompt + output fill max_model_len,
+    # as vLLM's stop check does, and refuses prompts that do not fit.
     limited = generate(model, prompts[0], SamplingParams(temperature=0.0, max_tokens=50), max_model_len=8)
-    assert limited.num_generated == 8 - 4 + 1 and limited.finish_reason == "length"
+    assert limited.num_generated == 8 - 4 and limited.finish_reason == "length"
     with pytest.raises(UserError, match="limit is 4 tokens"):
         generate(model, prompts[0], SamplingParams(max_tokens=1), max_model_len=4)
     with pytest.raises(UserError, match="same length"):

@@ -1,9 +1,11 @@
-"""`python -m mini_vllm generate "PROMPT"`: stream one completion and report its latencies.
+"""`python -m mini_vllm generate "PROMPT" ["PROMPT" ...]`: generate, and report latencies.
 
 vLLM counterpart: examples/offline_inference/basic/generate.py with
-vllm/entrypoints/llm.py (`LLM.generate`, `LLM.chat`). This command runs Phase 00's
-decode loop (mini_vllm/decode_loop.py) on one prompt, prints the text as it is
-produced, then TTFT, the mean inter-token latency and tokens/s.
+vllm/entrypoints/llm.py (`LLM.generate`, `LLM.chat`). With one prompt this runs Phase
+00's decode loop (mini_vllm/decode_loop.py), prints the text as it is produced, then
+TTFT, the mean inter-token latency and tokens/s. With several prompts it serves them
+all at once through the engine (`mini_vllm.LLM`: paged KV cache, continuous batching)
+and prints each answer, then the engine's statistics.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ import sys
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "generate",
-        help="generate text for one prompt with the Phase 00 decode loop",
+        help="generate text: one prompt with the decode loop, several at once with the engine",
         description="Generate a completion for PROMPT, streaming it, then print TTFT, mean inter-token "
-                    "latency and tokens/s.",
+                    "latency and tokens/s. Several prompts are served together by the engine (continuous "
+                    "batching), which then prints its statistics.",
     )
-    p.add_argument("prompt", help="the prompt text")
+    p.add_argument("prompts", nargs="+", metavar="PROMPT", help="the prompt text (several: batched by the engine)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template as a user turn")
     p.add_argument("--max-tokens", type=int, default=64, help="new tokens at most (default: %(default)s)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: %(default)s)")
@@ -32,6 +35,8 @@ def add_parser(subparsers) -> None:
                         "(random weights), or a Hugging Face model directory")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
     p.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16")
+    p.add_argument("--enforce-eager", action="store_true",
+                   help="several prompts on a GPU: no CUDA graphs (the engine's default captures them)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,15 +60,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {args.model} has no tokenizer of its own (random weights); using raw UTF-8 bytes as "
               "tokens, so the output is noise", file=sys.stderr)
         tokenizer = default_tokenizer(config)
-    if args.chat:
-        if not tokenizer.chat_template:
-            raise UserError(f"--chat needs a chat template, and {args.model} has none; drop --chat")
-        text = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}])
-        prompt_ids = tokenizer.encode(text, add_special_tokens=False)
-    else:
-        prompt_ids = tokenizer.encode(args.prompt)
-    if max(prompt_ids, default=0) >= config.vocab_size:
-        raise UserError(f"the prompt has token ids beyond this model's vocabulary of {config.vocab_size}")
+    if args.chat and not tokenizer.chat_template:
+        raise UserError(f"--chat needs a chat template, and {args.model} has none; drop --chat")
+
+    def encode(prompt: str) -> list[int]:
+        if args.chat:
+            text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
+            ids = tokenizer.encode(text, add_special_tokens=False)
+        else:
+            ids = tokenizer.encode(prompt)
+        if max(ids, default=0) >= config.vocab_size:
+            raise UserError(f"the prompt has token ids beyond this model's vocabulary of {config.vocab_size}")
+        return ids
+
+    all_ids = [encode(p) for p in args.prompts]
+    if len(all_ids) > 1:
+        return _serve_many(args, model, tokenizer, all_ids, params)
+    prompt_ids = all_ids[0]
 
     def stream(_token_id: int, delta: str) -> None:
         sys.stdout.write(delta)
@@ -77,4 +90,41 @@ def run(args: argparse.Namespace) -> int:
         f"mean inter-token latency: {result.mean_itl_s * 1e3:.1f} ms | "
         f"tokens/s: {result.tokens_per_s:.1f}"
     )
+    return 0
+
+
+def _serve_many(args, model, tokenizer, all_ids: list[list[int]], params) -> int:
+    """Several prompts: one engine, continuous batching, answers in prompt order."""
+    import time
+
+    from mini_vllm.llm import LLM
+
+    # A prompt longer than the model's context fails alone, its reason printed in its
+    # place; the others are still answered. The engine's max_model_len is sized to what
+    # the fitting prompts need, which keeps the KV cache small.
+    limit = model.config.max_position_embeddings
+    fits = [i for i, ids in enumerate(all_ids) if len(ids) < limit]
+    errors = {i: f"the prompt is {len(ids)} tokens but the model's context limit is {limit} tokens"
+              for i, ids in enumerate(all_ids) if len(ids) >= limit}
+    outputs, seconds, llm = {}, 0.0, None
+    if fits:
+        llm = LLM.from_model(model, tokenizer, model=args.model, max_num_seqs=len(fits),
+                             max_model_len=min(limit, max(len(all_ids[i]) for i in fits) + params.max_tokens),
+                             enforce_eager=args.enforce_eager)
+        start = time.perf_counter()
+        served = llm.generate([all_ids[i] for i in fits], params, use_tqdm=False)
+        seconds = time.perf_counter() - start
+        outputs = dict(zip(fits, served))
+    for i, prompt in enumerate(args.prompts):
+        print(f"--- [{i + 1}] {prompt}")
+        output = outputs.get(i)
+        if output is not None and output.ok:
+            print(output.text.strip())
+        else:
+            print(f"(failed: {errors.get(i) or output.error})")
+    generated = sum(len(o.token_ids) for o in outputs.values())
+    print(f"\n[{len(outputs)} prompts served together: {generated} tokens in {seconds:.2f} s, "
+          f"{generated / max(seconds, 1e-9):.1f} tokens/s]")
+    if llm is not None:
+        print(llm.stats.format())
     return 0
