@@ -60,7 +60,9 @@ __all__ = [
     "crossover_figure",
     "full_vs_piecewise_figure",
     "geometric_ladder",
+    "h100_decode_figure",
     "padding_waste_figure",
+    "parse_markdown_table",
     "save_figure",
     "step_time_figure",
     "synthetic_batch_trace",
@@ -565,6 +567,78 @@ def padding_waste_figure(trace: "Sequence[int] | None" = None) -> Figure:
     return fig
 
 
+# --- Figure 6: measured H100 decode step per mode -----------------------------------
+
+H100_RESULTS = ROOT / "benchmarks" / "results" / "decode-graphs-cuda.md"
+
+# Modes as the benchmark's table names them, slowest first, with their bar colours.
+_H100_MODES = {
+    "eager": "#c0392b",
+    "piecewise": "#85c1e9",
+    "full": "#2471a3",
+    "compile+piecewise": "#a9dfbf",
+    "compile+full": "#1e8449",
+}
+
+
+def parse_markdown_table(path: "str | Path") -> list[dict[str, str]]:
+    """The first pipe table of a markdown file, as one dict per row keyed by the header."""
+    lines = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    header = [cell.strip() for cell in lines[start].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")))))
+    return rows
+
+
+@_styled
+def h100_decode_figure(path: "str | Path" = H100_RESULTS) -> Figure:
+    """Measured decode step time per mode and batch size on one H100 (SmolLM2-135M shape,
+    bf16), read from the committed benchmark result, with kernels per step per mode and
+    transformers' eager generate as the baseline."""
+    rows = parse_markdown_table(path)
+    text = Path(path).read_text(encoding="utf-8")
+    machine = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("- machine:")), "")
+    batches = [int(row["batch"]) for row in rows]
+    series: dict[str, tuple[list[float], str]] = {
+        "transformers": ([float(row["transformers ms"]) for row in rows], "eager generate"),
+    }
+    for mode in _H100_MODES:
+        if f"{mode} step ms" in rows[0]:
+            kernels = rows[0][f"{mode} kernels"]
+            series[mode] = ([float(row[f"{mode} step ms"]) for row in rows], f"{kernels} kernels/step")
+    colours = {"transformers": "#7f8c8d", **_H100_MODES}
+
+    fig = Figure(figsize=(9.5, 4.6), layout="constrained")
+    ax = fig.subplots()
+    width = 0.8 / len(series)
+    x = np.arange(len(batches))
+    for i, (mode, (values, note)) in enumerate(series.items()):
+        offsets = x - 0.4 + width * (i + 0.5)
+        ax.bar(offsets, values, width, color=colours[mode], label=f"{mode} ({note})")
+        ax.text(offsets[0], values[0] * 1.08, f"{values[0]:.2f}", ha="center", va="bottom", fontsize=7,
+                rotation=90)
+    floor = [float(row["floor ms"]) for row in rows]
+    ax.plot(x, floor, "k_", markersize=28, markeredgewidth=1.5, label="weight-read floor (bytes / copy bandwidth)")
+    ax.set_yscale("log")
+    ax.set_ylim(min(floor) * 0.7, max(max(v) for v, _ in series.values()) * 2.6)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xticks(x, [str(b) for b in batches])
+    ax.set_xlabel("decode batch size (sequences); numbers above the bars: batch 1")
+    ax.set_ylabel("ms per decode step (log scale)")
+    ax.grid(True, axis="y", color="#e5e5e5", linewidth=0.6)
+    ax.set_axisbelow(True)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=4, frameon=False, fontsize=7.5)
+    ax.set_title(f"Measured decode step, SmolLM2-135M shape, bf16, context 128 ({machine})\n"
+                 f"source: {Path(path).relative_to(ROOT) if Path(path).is_relative_to(ROOT) else Path(path).name}",
+                 loc="left", fontsize=9)
+    return fig
+
+
 # --- Driver -------------------------------------------------------------------------
 
 FIGURES: dict[str, Callable[[], Figure]] = {
@@ -573,6 +647,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "step-time-vs-batch.png": step_time_figure,
     "full-vs-piecewise.png": full_vs_piecewise_figure,
     "padding-waste-per-ladder.png": padding_waste_figure,
+    "h100-decode.png": h100_decode_figure,
 }
 
 

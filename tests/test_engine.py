@@ -113,3 +113,21 @@ def test_prepare_and_pad_inputs_of_a_mixed_batch():
     padded = pad_inputs(inputs, 8)
     assert padded.slot_mapping[4:] == [-1] * 4 and padded.input_ids[4:] == [0] * 4
     assert padded.query_lens == [1, 3] and padded.num_real_tokens == 4
+
+
+@pytest.mark.real_weights
+def test_real_smollm2_batched_with_preemption_equals_each_prompt_alone(smollm2):
+    """The same check on the real SmolLM2-135M weights (float32, CPU)."""
+    model, tokenizer, _ = smollm2
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    prompts = random_prompts(seed=1, vocab=model.config.vocab_size)
+    alone = LLM.from_model(model, tokenizer, max_num_seqs=1, max_model_len=64)
+    expected = [alone.generate([p], params, use_tqdm=False)[0].token_ids for p in prompts]
+    # 16 blocks of 4 tokens: the longest request (40 + 12) fits alone, eight together do not.
+    llm = LLM.from_model(model, tokenizer, max_num_seqs=8, max_model_len=64, block_size=4, num_kv_blocks=16,
+                         max_num_batched_tokens=64)
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    assert llm.stats.num_preemptions > 0
+    assert [o.token_ids for o in outputs] == expected
+    assert [o.prompt_token_ids for o in outputs] == prompts
+    assert llm.engine.block_manager.num_free_blocks == 16

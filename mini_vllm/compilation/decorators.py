@@ -34,6 +34,7 @@ from mini_vllm.config import CompilationMode
 __all__ = ["TorchCompileWrapper", "support_torch_compile"]
 
 
+# ANCHOR: support_torch_compile
 def support_torch_compile(cls=None, *, dynamic_arg_dims: dict[str, int] | None = None):
     """Class decorator: instances can be compiled with `TorchCompileWrapper.attach(model, ...)`.
 
@@ -56,6 +57,7 @@ def support_torch_compile(cls=None, *, dynamic_arg_dims: dict[str, int] | None =
         return cls
 
     return decorate(cls) if cls is not None else decorate
+# ANCHOR_END: support_torch_compile
 
 
 # ANCHOR: compile_wrapper
@@ -91,6 +93,7 @@ class TorchCompileWrapper:
         self.stats.seconds += time.perf_counter() - start
         return compiled
 
+    # ANCHOR: trace_once
     def _bytecode_hook(self, old_code, new_code) -> None:
         # Dynamo rewrites the forward's bytecode into code that calls the compiled graph;
         # keep it, to run it later without Dynamo's guard checks (trace once).
@@ -118,6 +121,7 @@ class TorchCompileWrapper:
             finally:
                 self._capturing_code = False
         return self.compiled(*args, **kwargs)
+    # ANCHOR_END: trace_once
 
     def _mark_dynamic(self, args: tuple, kwargs: dict) -> None:
         import inspect

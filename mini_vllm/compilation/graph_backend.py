@@ -47,6 +47,7 @@ class GraphBackend:
         return None
 
 
+# ANCHOR: cuda_graph_backend
 class CUDAGraphBackend(GraphBackend):
     name = "cuda"
 
@@ -77,6 +78,7 @@ class CUDAGraphBackend(GraphBackend):
 
     def free_memory(self) -> int | None:
         return torch.cuda.mem_get_info(self.device)[0]
+# ANCHOR_END: cuda_graph_backend
 
 
 class CPUGraphBackend(GraphBackend):

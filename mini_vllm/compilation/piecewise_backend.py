@@ -110,6 +110,7 @@ class PiecewiseCompileBackend:
         to_compile = {item.submod_name for item in items if not item.is_splitting_graph}
         first_wrapper = [True]
 
+        # ANCHOR: compile_piece
         def compile_piece(name: str, module: torch.fx.GraphModule, args: tuple) -> None:
             if name not in to_compile:
                 return  # attention: stays the opaque eager op
@@ -123,6 +124,7 @@ class PiecewiseCompileBackend:
                 first_wrapper[0] = False
                 self.stats.piece_wrappers.append(runnable)
             split.__dict__[name] = runnable  # the split module's forward calls it by name
+        # ANCHOR_END: compile_piece
 
         # Dynamo hands over the parameters as the real tensors and the inputs as fake
         # ones; run the pieces entirely on fake tensors (no real compute, symbolic sizes).

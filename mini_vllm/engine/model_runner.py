@@ -217,6 +217,7 @@ class ModelRunner:
 
     # -- Phase 05: capture ------------------------------------------------------------
 
+    # ANCHOR: dummy_inputs
     def _dummy_inputs(self, descriptor: BatchDescriptor) -> ModelInputs:
         """A batch with the descriptor's shape whose rows write nothing to the KV cache."""
         n = descriptor.num_tokens
@@ -228,6 +229,7 @@ class ModelRunner:
             block_tables=[[] for _ in range(rows)], logits_indices=[], sampling_rows=[],
             uniform_decode=descriptor.uniform, num_real_tokens=n,
         )
+    # ANCHOR_END: dummy_inputs
 
     # ANCHOR: compile_model
     @torch.inference_mode()

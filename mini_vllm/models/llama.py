@@ -110,8 +110,10 @@ class LlamaDecoderLayer(nn.Module):
     # ANCHOR_END: decoder_layer_forward
 
 
+# ANCHOR: decorated_model
 @support_torch_compile
 class LlamaModel(nn.Module):
+    # ANCHOR_END: decorated_model
     def __init__(self, config: LlamaConfig, rope_is_neox_style: bool = True) -> None:
         super().__init__()
         self.config = config
