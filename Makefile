@@ -21,6 +21,7 @@ serve-book: setup ## serve the site at http://localhost:3000 with live reload
 
 figures: setup   ## redraw the book's figures (book/src/figures/*.png) from the code
 	$(VENV_PY) scripts/make_figures.py
+	$(VENV_PY) scripts/figures_phase06.py
 
 clean:
 	rm -rf book/build .pytest_cache

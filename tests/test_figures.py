@@ -13,33 +13,38 @@ ROOT = Path(__file__).resolve().parent.parent
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("make_figures", ROOT / "scripts" / "make_figures.py")
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-make_figures = _load_script()
+make_figures = _load_script("make_figures")
+figures_phase06 = _load_script("figures_phase06")
+ALL_FIGURES = {**make_figures.FIGURES, **figures_phase06.FIGURES}
 
 
-@pytest.mark.parametrize("name", sorted(make_figures.FIGURES))
+@pytest.mark.parametrize("name", sorted(ALL_FIGURES))
 def test_figure_is_drawn_as_png(name: str, tmp_path: Path):
-    path = make_figures.save_figure(make_figures.FIGURES[name](), tmp_path / name)
+    path = make_figures.save_figure(ALL_FIGURES[name](), tmp_path / name)
     data = path.read_bytes()
     assert data.startswith(PNG_SIGNATURE), f"{name} is not a PNG"
     assert 10_000 < len(data) < 150 * 1024, f"{name}: {len(data)} bytes, expected a real figure under 150 KiB"
 
 
-def test_phase_05_references_only_figures_the_script_draws():
-    pages = (ROOT / "book" / "src" / "phase-05").rglob("*.md")
+def test_the_book_uses_only_figures_the_scripts_draw():
+    pages = (ROOT / "book" / "src").rglob("*.md")
     referenced = {
         part.split(")")[0].rsplit("/", 1)[-1]
         for page in pages
         for part in page.read_text(encoding="utf-8").split("figures/")[1:]
         if part.split(")")[0].endswith(".png")
     }
-    assert referenced <= set(make_figures.FIGURES), f"not drawn by the script: {referenced - set(make_figures.FIGURES)}"
+    assert referenced, "the book shows no figure"
+    assert referenced <= set(ALL_FIGURES), f"not drawn by the scripts: {referenced - set(ALL_FIGURES)}"
+    committed = {p.name for p in (ROOT / "book" / "src" / "figures").glob("*.png")}
+    assert referenced <= committed, f"drawn but not committed: {referenced - committed}"
 
 
 def test_the_script_is_deterministic(tmp_path: Path):
