@@ -59,3 +59,19 @@ def tiny():
     from mini_vllm.models.loader import load_model
 
     return load_model("tiny", device="cpu", dtype=torch.float32, seed=0)
+
+
+@pytest.fixture(autouse=True)
+def fresh_capture_window():
+    """Each test starts with the capture window open, as a fresh process does.
+
+    The window is process-wide, as in vLLM: an engine built by an earlier test in the
+    same worker closes it at the end of its start-up, and a test that drives a wrapper
+    by hand would otherwise be refused its first capture.
+    """
+    from mini_vllm.compilation.monitor import cudagraph_capturing_enabled, set_cudagraph_capturing_enabled
+
+    before = cudagraph_capturing_enabled()
+    set_cudagraph_capturing_enabled(True)
+    yield
+    set_cudagraph_capturing_enabled(before)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import random
 
 import pytest
+
+from mini_vllm.compilation.monitor import cudagraph_capturing_enabled, set_cudagraph_capturing_enabled
 import torch
 
 from mini_vllm import LLM, SamplingParams
@@ -167,9 +169,18 @@ def test_new_shape_after_capture_window_closed_raises(graph_llm):
     runner = llm.engine.runner
     inputs = decode_inputs(runner, 3, seed=5)
     metadata = runner._copy_in(inputs, runner.max_blocks_per_seq)
+    # Each test starts with the window open (tests/conftest.py); close it as the engine's
+    # start-up did, which test_capture_window_closes_after_start_up checks.
+    set_cudagraph_capturing_enabled(False)
     with pytest.raises(RuntimeError, match="capture window closed"):
         with torch.inference_mode(), set_forward_context(CUDAGraphMode.FULL, BatchDescriptor(3, 3, True), metadata):
             runner.graphs.forward(runner.input_ids[:3], runner.positions[:3])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_capture_window_closes_after_start_up(device):
+    make_llm(device, cudagraph_mode="full_and_piecewise", cudagraph_capture_sizes=[1, 2])
+    assert not cudagraph_capturing_enabled()
 
 
 def test_piecewise_split_gives_one_piece_more_than_layers(graph_llm):
