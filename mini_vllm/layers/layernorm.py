@@ -1,6 +1,7 @@
 """RMSNorm, with the residual add folded in.
 
-vLLM counterpart: vllm/model_executor/layers/layernorm.py (`RMSNorm.forward_native`);
+vLLM counterpart: vllm/model_executor/layers/layernorm.py (`RMSNorm.forward_native`,
+and `forward_cuda` for the one-kernel CUDA version: mini_vllm/layers/rmsnorm_triton.py);
 Hugging Face: transformers/models/llama/modeling_llama.py (`LlamaRMSNorm`).
 
 Llama normalises by the root mean square only (no mean subtraction, no bias). Like
@@ -13,6 +14,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.fx._symbolic_trace import is_fx_tracing
+
+from mini_vllm.layers.rmsnorm_triton import triton_rmsnorm, triton_rmsnorm_available
 
 __all__ = ["RMSNorm"]
 
@@ -28,6 +32,12 @@ class RMSNorm(nn.Module):
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        if (not torch.compiler.is_compiling() and not is_fx_tracing() and triton_rmsnorm_available(x)
+                and x.dtype == self.weight.dtype and (residual is None or residual.stride(-1) == 1)):
+            # One Triton kernel instead of about nine (vLLM: forward_cuda). Not while a
+            # compiler traces: Inductor fuses the torch version below with its neighbours,
+            # and torch.fx records it op by op.
+            return triton_rmsnorm(x, self.weight, self.eps, residual)
         if residual is not None:
             # The add happens in the activation dtype, as in transformers, so bf16
             # runs drift from the reference no more than they must.
