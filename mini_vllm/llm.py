@@ -29,13 +29,10 @@ Prompt = "str | list[int]"
 class LLM:
     def __init__(self, model: str = "smollm2-135m-instruct", **engine_kwargs: object) -> None:
         from mini_vllm.models.loader import load_model
-        from mini_vllm.tokenizer import default_tokenizer
 
-        self.config = EngineConfig.from_kwargs(model=model, **engine_kwargs)
-        loaded, tokenizer, _ = load_model(self.config.model, device=self.config.device,
-                                          dtype=self.config.dtype, seed=self.config.seed)
-        self.tokenizer = tokenizer if tokenizer is not None else default_tokenizer(loaded.config)
-        self.engine = LLMEngine(self.config, loaded, self.tokenizer)
+        config = EngineConfig.from_kwargs(model=model, **engine_kwargs)
+        loaded, tokenizer, _ = load_model(config.model, device=config.device, dtype=config.dtype, seed=config.seed)
+        self._build(config, loaded, tokenizer)
 
     @classmethod
     def from_model(cls, loaded_model, tokenizer=None, **engine_kwargs: object) -> "LLM":
@@ -44,16 +41,19 @@ class LLM:
         The device and dtype default to those of the model's weights; `model=` may name
         where it came from, for messages and statistics.
         """
-        from mini_vllm.tokenizer import default_tokenizer
-
         weight = next(loaded_model.parameters())
         engine_kwargs.setdefault("device", weight.device.type)
         engine_kwargs.setdefault("dtype", str(weight.dtype).removeprefix("torch."))
         llm = cls.__new__(cls)
-        llm.config = EngineConfig.from_kwargs(**engine_kwargs)
-        llm.tokenizer = tokenizer if tokenizer is not None else default_tokenizer(loaded_model.config)
-        llm.engine = LLMEngine(llm.config, loaded_model, llm.tokenizer, capture_progress=False)
+        llm._build(EngineConfig.from_kwargs(**engine_kwargs), loaded_model, tokenizer, capture_progress=False)
         return llm
+
+    def _build(self, config: EngineConfig, model, tokenizer, capture_progress: bool = True) -> None:
+        from mini_vllm.tokenizer import default_tokenizer
+
+        self.config = config
+        self.tokenizer = tokenizer if tokenizer is not None else default_tokenizer(model.config)
+        self.engine = LLMEngine(config, model, self.tokenizer, capture_progress=capture_progress)
 
     @property
     def stats(self) -> EngineStats:

@@ -43,10 +43,11 @@ def required_mentions(command: str) -> list[str]:
         options = [w for w in words[1:] if w.startswith("--")]
         return [f"pytest {t.rstrip('/')}" for t in targets[:1]] + options
     if words[0] in ("python", "python3") and words[1] == "-m":
-        head = words[:4] if len(words) > 3 and not words[3].startswith("-") and words[2] == "mini_vllm" else words[:3]
-        if words[2] == "mini_vllm" and head[3:] and head[3] == "bench" and len(words) > 4:
-            head = words[:5]  # bench has subcommands of its own
-        return [" ".join(head)] + [w.split("=")[0] for w in words[len(head):] if w.startswith("--")]
+        # `python -m mini_vllm <subcommand>` (and `bench <kind>`) names a command; other modules are one.
+        name_length = 3
+        if words[2] == "mini_vllm" and len(words) > 3 and not words[3].startswith("-"):
+            name_length = 5 if words[3] == "bench" and len(words) > 4 else 4
+        return [" ".join(words[:name_length])] + [w.split("=")[0] for w in words[name_length:] if w.startswith("--")]
     if words[0] in ("python", "python3"):
         return [" ".join(words[:3])] + [w.split("=")[0] for w in words[3:] if w.startswith("--")]
     if words[0] == "make":
