@@ -36,6 +36,24 @@ def pytest_configure(config: pytest.Config) -> None:
         # labkit reads the choice from the environment, so that it also reaches
         # subprocesses (pytest-xdist workers, the meta-test's runs).
         os.environ["MINI_VLLM_IMPL"] = impl
+    _share_cpu_threads_among_workers()
+
+
+def _share_cpu_threads_among_workers() -> None:
+    """Under pytest-xdist, give each worker its share of the cores, not all of them.
+
+    Every process would otherwise run torch's default (all cores) at once, and OpenMP
+    threads that outnumber the cores wait on each other: the suite slows down severalfold.
+    OMP_NUM_THREADS also reaches the subprocesses that tests start.
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers <= 1:
+        return
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
 
 
 _cuda_available: bool | None = None

@@ -18,12 +18,13 @@ What it shows:
 Sequences of a batch run in lockstep (same prompt length), so one metadata object
 describes them all; a finished sequence rides along until all are done.
 
-Threads on CPU: on the course's 2-vCPU VM one intra-op thread is fastest for the
-whole request (measured on SmolLM2: a memory read streams at ~19 GB/s on one thread
-and ~14 GB/s on two; decode steps take the same time either way; prefill took 190 ms
-on one thread and 235 ms on two; and a second OpenMP thread adds wake-up stalls of up
-to 16 ms there). So `cpu_threads="auto"` means 1 thread on machines with at most 2
-CPUs and torch's own setting elsewhere, where more cores add memory bandwidth.
+Threads on CPU: a decode step is a string of matrix-vector products, each a pure read of
+a weight matrix, so its speed is memory bandwidth. On the course's 2-vCPU VM one core
+pulls about 18 GB/s and two about 26, so the linear layers split each product over the
+threads (mini_vllm/layers/linear.py, `split_k_linear`) and `cpu_threads="auto"` keeps
+torch's own setting: every core. (Before that split, one thread was fastest here: MKL
+does not parallelise a matrix-vector product, and an idle second OpenMP thread only
+added wake-ups.)
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def _sync(device: torch.device) -> None:
 
 def _resolve_cpu_threads(threads: int | str | None) -> int | None:
     if threads == "auto":
-        return 1 if (os.cpu_count() or 1) <= 2 else None
+        return None  # every core: see the module docstring
     return threads  # type: ignore[return-value]
 
 

@@ -99,9 +99,7 @@ class LLM:
             progress.update(sum(1 for s in seqs if s is None))
         from mini_vllm.decode_loop import cpu_threads_context
 
-        # "auto" is decided step by step in the runner (small steps on one thread).
-        threads = None if self.config.cpu_threads == "auto" else self.config.cpu_threads
-        with cpu_threads_context(self.engine.runner.device, threads):
+        with cpu_threads_context(self.engine.runner.device, self.config.cpu_threads):
             while self.engine.has_unfinished_requests():
                 finished = self.engine.step()
                 if progress is not None and finished:

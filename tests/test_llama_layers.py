@@ -275,10 +275,41 @@ def test_hf_state_dict_round_trip_and_load_errors(tiny):
 def test_cpu_weights_are_laid_out_for_matrix_vector_products(tiny):
     model, _, _ = tiny
     layer = model.model.layers[0]
-    # Wide matrices are column-major on CPU; logical shapes are unchanged.
-    assert layer.mlp.gate_up_proj.weight.stride() == (1, layer.mlp.gate_up_proj.weight.shape[0])
-    assert layer.mlp.down_proj.weight.is_contiguous()
+    # Every matrix is column-major on CPU (wide and narrow alike); logical shapes are unchanged.
+    for weight in (layer.mlp.gate_up_proj.weight, layer.mlp.down_proj.weight, layer.self_attn.qkv_proj.weight):
+        assert weight.stride() == (1, weight.shape[0])
     # The tied head got its own column-major copy with the embedding's values.
     assert torch.equal(model.lm_head.weight, model.model.embed_tokens.weight)
     assert not model.lm_head.weight.is_contiguous() and model.model.embed_tokens.weight.is_contiguous()
     assert math.isclose(model.config.head_dim ** -0.5, layer.self_attn.attn.scale)
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("parts", [2, 3])
+def test_split_k_linear_equals_one_product(rows, parts):
+    from mini_vllm.layers.linear import cpu_gemv_layout, split_k_linear
+
+    generator = torch.Generator().manual_seed(rows * 10 + parts)
+    weight = cpu_gemv_layout(torch.randn(40, 24, generator=generator))
+    x = torch.randn(rows, 24, generator=generator)
+    torch.testing.assert_close(split_k_linear(x, weight, parts), x @ weight.t(), rtol=1e-5, atol=1e-5)
+
+
+def test_dispatch_linear_splits_only_small_batches_over_several_threads(monkeypatch):
+    from mini_vllm.layers import linear
+
+    calls = []
+    real = linear.split_k_linear
+    monkeypatch.setattr(linear, "split_k_linear", lambda x, w, parts: calls.append(parts) or real(x, w, parts))
+    weight = linear.cpu_gemv_layout(torch.randn(16, 8))
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        linear.dispatch_linear(torch.randn(1, 8), weight)  # decode: split over the 2 threads
+        linear.dispatch_linear(torch.randn(linear.SPLIT_K_MAX_ROWS + 1, 8), weight)  # prefill: one product
+        linear.dispatch_linear(torch.randn(1, 8), weight.contiguous())  # row-major: one product
+        torch.set_num_threads(1)
+        linear.dispatch_linear(torch.randn(1, 8), weight)  # one thread: nothing to split over
+    finally:
+        torch.set_num_threads(previous)
+    assert calls == [2]

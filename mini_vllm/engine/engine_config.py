@@ -22,9 +22,9 @@ class EngineConfig:
     device: str = "cpu"
     dtype: str | None = None  # None: float32 on CPU, bfloat16 on CUDA
     seed: int = 0  # random weights and unseeded sampling
-    # Intra-op threads on CPU while generating; "auto": 1 on machines with at most 2
-    # CPUs, where a second OpenMP thread costs more in wake-ups than it gives (see
-    # mini_vllm/decode_loop.py), else PyTorch's default. None: leave PyTorch's setting.
+    # Intra-op threads on CPU while generating; "auto" and None: PyTorch's setting
+    # (every core: small decode steps split their products over the cores, see
+    # mini_vllm/layers/linear.py); a number: that many.
     cpu_threads: int | str | None = "auto"
 
     max_num_seqs: int = 16  # requests in one batch at most

@@ -123,14 +123,6 @@ class ModelRunner:
         self.last_step: StepRecord | None = None
         # Benchmarks set this to time the forward alone (two device syncs a step).
         self.time_forward = False
-        # CPU threads, step by step: a step of little work (a decode step of a small
-        # batch is a string of matrix-vector products) runs fastest on one thread on
-        # the course's 2-CPU machine, where a second OpenMP thread costs wake-ups of up
-        # to milliseconds; a step of real matrix products (prefill, large batches) is
-        # compute-bound and gains from every core. The line is ~1 GFLOP.
-        self._auto_threads = self.device.type == "cpu" and config.cpu_threads == "auto"
-        self._all_threads = torch.get_num_threads()
-        self._flops_per_token = 2 * sum(p.numel() for p in model.parameters())
 
     # -- per-step work ---------------------------------------------------------------
 
@@ -181,10 +173,6 @@ class ModelRunner:
         """Run one step; return the sampled token of each row (None: the row samples nothing)."""
         start = time.perf_counter()
         inputs = prepare_inputs(output)
-        if self._auto_threads:
-            wanted = self._all_threads if inputs.num_tokens * self._flops_per_token >= 1e9 else 1
-            if torch.get_num_threads() != wanted:
-                torch.set_num_threads(wanted)
         runtime_mode, descriptor = self.dispatch(inputs)
         padded = pad_inputs(inputs, descriptor.num_tokens)
         metadata = self._copy_in(padded, self._table_width(padded, runtime_mode))

@@ -10,14 +10,24 @@ products into one: fewer kernel launches and one pass over the activations. A
 checkpoint still stores the pieces separately, so each fused layer has a
 `weight_loader(param, tensor, shard_id)` that copies one piece into its rows.
 
-Memory layout. The logical shape is always `[out, in]`, but on CPU a square or wide
-matrix (at least as many outputs as inputs) is allocated column-major: MKL's matrix-vector product
-reads it about 1.5-2x faster at batch 1 on the course's 2-core machine (measured;
-see benchmarks/results/decode-cpu.md), and decode on CPU is exactly that product.
+Memory layout and the CPU product. The logical shape is always `[out, in]`, but on
+CPU every matrix is allocated column-major (`weight.t()` is a contiguous `[in, out]`
+array). Decode on CPU is a string of matrix-vector products, each a pure read of its
+matrix, and two things make that read fast on the course's 2-core machine (measured;
+see benchmarks/results/decode-cpu.md):
+- column-major storage: MKL's matrix-vector product streams it 1.3-1.7x faster than
+  row-major for the square and wide matrices;
+- both cores reading: one core alone pulls about 18 GB/s from memory, two about 26.
+  MKL does not split a matrix-vector product over its threads, so `dispatch_linear`
+  does: each of the P threads takes one slice of the input dimension (rows of the
+  `[in, out]` array, a view, no copy), one batched product (`torch.bmm`, which runs
+  its batch in parallel) gives P partial outputs, and their sum is the answer. This
+  is tensor parallelism in miniature: vLLM's `RowParallelLinear` splits the input
+  dimension over GPUs the same way and all-reduces the partial sums.
 Choosing the layout at allocation time lets the loaders write straight into it, in
 one pass (vLLM repacks CPU weights after loading instead, in
 vllm/model_executor/layers/utils.py `dispatch_cpu_unquantized_gemm`). On GPUs every
-weight stays row-major.
+weight stays row-major and every product is `F.linear`.
 """
 
 from __future__ import annotations
@@ -26,7 +36,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["LinearBase", "MergedColumnLinear", "QKVLinear", "ReplicatedLinear", "cpu_gemv_layout", "new_weight"]
+from mini_vllm.layers.tracing import compiler_is_tracing
+
+__all__ = ["LinearBase", "MergedColumnLinear", "QKVLinear", "ReplicatedLinear", "cpu_gemv_layout", "dispatch_linear",
+           "new_weight", "split_k_linear"]
+
+# Up to this many rows (tokens) a product is matrix-vector-like and memory-bound, and
+# the split over threads pays; above it MKL's own threaded matrix product is better.
+SPLIT_K_MAX_ROWS = 8
 
 
 def cpu_gemv_layout(weight: torch.Tensor) -> torch.Tensor:
@@ -36,9 +53,43 @@ def cpu_gemv_layout(weight: torch.Tensor) -> torch.Tensor:
 
 def new_weight(output_size: int, input_size: int) -> torch.Tensor:
     """An uninitialised `[out, in]` weight on the default device, laid out for it."""
-    if torch.get_default_device().type == "cpu" and output_size >= input_size:
+    if torch.get_default_device().type == "cpu":
         return torch.empty(input_size, output_size).t()
     return torch.empty(output_size, input_size)
+
+
+# ANCHOR: split_k_linear
+def split_k_linear(x: torch.Tensor, weight: torch.Tensor, parts: int) -> torch.Tensor:
+    """`x @ weight.T` as `parts` partial products over slices of the input dimension.
+
+    x `[T, in]`; weight `[out, in]` column-major; `in` divisible by `parts`.
+    """
+    rows, in_features = x.shape
+    k = in_features // parts
+    # [in, out] row-major, cut into `parts` blocks of k rows: a view of the weight.
+    weight_slices = weight.t().view(parts, k, weight.shape[0])
+    # [parts, T, k]; one token (decode) needs no transpose.
+    x_slices = x.view(parts, 1, k) if rows == 1 else x.view(rows, parts, k).transpose(0, 1)
+    # One batched product: each thread reads its own slice of the matrix.
+    partial = torch.bmm(x_slices, weight_slices)  # [parts, T, out]
+    return partial.sum(0)  # the "all-reduce" of the partial sums
+# ANCHOR_END: split_k_linear
+
+
+def dispatch_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`F.linear(x, weight)`, split over the CPU threads where that is faster.
+
+    vLLM chooses its CPU product the same way, per layer, in
+    vllm/model_executor/layers/utils.py (`dispatch_cpu_unquantized_gemm`).
+    """
+    # Tracing first: a compiler (Inductor, torch.fx) should see one plain linear, and
+    # under torch.fx the other checks would be symbolic.
+    if not compiler_is_tracing() and x.device.type == "cpu":
+        parts = torch.get_num_threads()
+        if (parts > 1 and x.dim() == 2 and x.shape[0] <= SPLIT_K_MAX_ROWS
+                and weight.stride(0) == 1 and weight.shape[1] % parts == 0):
+            return split_k_linear(x, weight, parts)
+    return F.linear(x, weight)
 
 
 class LinearBase(nn.Module):
@@ -52,7 +103,7 @@ class LinearBase(nn.Module):
         self.weight.weight_loader = self.weight_loader
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight)
+        return dispatch_linear(x, self.weight)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         _check_shape(param.data, loaded, f"{type(self).__name__}")

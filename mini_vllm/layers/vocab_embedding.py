@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mini_vllm.layers.linear import cpu_gemv_layout, new_weight
+from mini_vllm.layers.linear import cpu_gemv_layout, dispatch_linear, new_weight
 
 __all__ = ["LMHead", "VocabEmbedding"]
 
@@ -35,7 +35,7 @@ class LMHead(nn.Module):
         self.weight = nn.Parameter(new_weight(vocab_size, hidden_size), requires_grad=False)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden_states, self.weight)
+        return dispatch_linear(hidden_states, self.weight)
 
     def process_weights_after_loading(self) -> None:
         # On CPU the head is read faster column-major (see layers/linear.py), but the

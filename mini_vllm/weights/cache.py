@@ -31,7 +31,7 @@ from typing import Callable, Iterator
 __all__ = ["CACHE_FORMAT", "cache_root", "converted_smollm2_dir", "publish_atomically"]
 
 # Bump when the converted layout changes, so old entries are not read by new code.
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3  # 3: every CPU matrix column-major
 
 
 def cache_root() -> Path:

@@ -9,7 +9,7 @@ CPU column-major layout (stored as the transposed, contiguous matrix and listed 
 `transposed` in the file's metadata) and the LM head's own copy. Loading on the same
 device and dtype then adopts views into one sequential read of the file: no copy, no
 transposition, and no second touch of fresh memory, which is what a load costs on a
-small VM. On another device or dtype the tensors are copied into the model's
+small VM. On another device, dtype or layout the tensors are copied into the model's
 parameters (and a tied head is left to the embedding).
 """
 
@@ -62,14 +62,16 @@ def load_snapshot(model: nn.Module, path: str | Path) -> None:
         if not isinstance(param, nn.Parameter) or tuple(param.shape) != tuple(tensor.shape):
             raise ValueError(f"snapshot tensor {name} {tuple(tensor.shape)} does not fit the model")
         seen.add(name)
-        if tensor.device == param.device and tensor.dtype == param.dtype:
+        same_place = tensor.device == param.device and tensor.dtype == param.dtype
+        tied_head = name == "lm_head.weight" and tied
+        if same_place and (tensor.stride() == param.stride() or tied_head):
             # Adopt the view: a new Parameter (this also unties a tied head, which on
             # CPU keeps its own column-major copy).
             new = nn.Parameter(tensor, requires_grad=False)
             if hasattr(param, "weight_loader"):
                 new.weight_loader = param.weight_loader
             setattr(module, attr, new)
-        elif name == "lm_head.weight" and tied:
+        elif tied_head:
             continue  # on this device the head is the embedding table again
         else:
             param.data.copy_(tensor)

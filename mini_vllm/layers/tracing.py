@@ -1,0 +1,27 @@
+"""Is a compiler tracing the model right now? Layers ask before taking a fast path.
+
+vLLM counterpart: vllm/model_executor/custom_op.py (`CustomOp.dispatch_forward`) makes
+the same choice once per layer, at construction: when Inductor compiles the model,
+custom ops are off by default and the compiler sees `forward_native`. Here one model
+object runs both ways (eager and compiled, in the same test session), so the layers
+ask at call time instead.
+
+Eager fast paths (a Triton kernel on CUDA, a split matrix product on CPU) are right
+for eager runs, but Dynamo/Inductor should see plain torch ops, which it fuses
+itself, and torch.fx records whatever runs, op by op, so it would bake the fast path
+(and the thread count it was chosen for) into the graph.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx._symbolic_trace as _fx_trace
+
+__all__ = ["compiler_is_tracing"]
+
+# torch >= 2.6 has a quiet spelling; `is_fx_tracing` logs a warning on every process.
+_fx_symbolic_tracing = getattr(_fx_trace, "is_fx_symbolic_tracing", _fx_trace.is_fx_tracing)
+
+
+def compiler_is_tracing() -> bool:
+    return torch.compiler.is_compiling() or _fx_symbolic_tracing()
