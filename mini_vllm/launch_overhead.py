@@ -22,6 +22,7 @@ from typing import Iterable, Sequence
 
 __all__ = [
     "CROSSOVER_THRESHOLD",
+    "GRAPH_NODE_GAP_US",
     "Hardware",
     "Kernel",
     "PRESETS",
@@ -333,6 +334,10 @@ H100_BANDWIDTH = 3.0e12
 H100_PEAK_BF16 = 989e12
 H100_EAGER_GAP_US = 5.0
 GRAPH_LAUNCH_US = 10.0  # one cudaGraphLaunch: a few to ~10 µs of host time, noise next to a step
+# Between two nodes of a replayed graph the GPU still loses about a microsecond: §5's
+# "~1-2 µs of GPU time per node" is this gap plus the node's own kernel, and 1 µs is
+# the low end, for kernels that are themselves next to free.
+GRAPH_NODE_GAP_US = 1.0
 
 _LLAMA31_8B = dict(layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, mlp=14336, vocab=128256,
                    context_len=6144, extra_per_layer=4, sampler_kernels=10)
@@ -404,14 +409,19 @@ def get_preset(name: str) -> Preset:
 
 
 # ANCHOR: refit
-def refit_preset(preset: "Preset | str", *, eager_ms: float, num_kernels: int, batch: int = 1) -> Preset:
-    """The preset re-fitted to a measured eager step: its kernel count and its launch cost.
+def refit_preset(preset: "Preset | str", *, eager_ms: float, num_kernels: int, batch: int = 1,
+                 kernel_gpu_ms: float | None = None) -> Preset:
+    """The preset re-fitted to a measured eager step: its kernels and its launch cost.
 
-    The GPU side (bandwidth, the per-kernel and per-node costs) is kept. The kernel list
-    is rebuilt with as many small housekeeping kernels per layer as bring it nearest to
-    `num_kernels`, and the host's launch cost is solved (by bisection: the eager step
-    grows with it) so that the simulated eager step takes `eager_ms` at `batch`. What the
-    refitted preset then says about the graph step is a prediction, not a fit.
+    The kernel list is rebuilt with as many small housekeeping kernels per layer as
+    bring it nearest to `num_kernels`, and the host's launch cost is solved (by
+    bisection: the eager step grows with it) so that the simulated eager step takes
+    `eager_ms` at `batch`. `kernel_gpu_ms`, if given, is how long the eager step's
+    kernels ran on the GPU in all (a profiler reads it off the same eager run): a graph
+    replays those very kernels back to back, so a node is priced at its kernel's mean
+    time beyond the roofline work plus `GRAPH_NODE_GAP_US`. Without it the preset's
+    node cost is kept. Either way nothing is fitted to a graph measurement: what the
+    refitted preset says about the graph step is a prediction.
     """
     preset = _as_preset(preset)
     if preset.shape is None:
@@ -423,8 +433,16 @@ def refit_preset(preset: "Preset | str", *, eager_ms: float, num_kernels: int, b
     shape["extra_per_layer"] = max(0, round((num_kernels - base) / shape["layers"]))
     kernels = _llama_kernels(**shape)
 
+    hardware = preset.hardware
+    if kernel_gpu_ms is not None:
+        if kernel_gpu_ms <= 0:
+            raise ValueError("kernel_gpu_ms must be > 0")
+        work_us = sum(kernel_gpu_us(k, batch, hardware) for k in kernels)
+        beyond_work_us = max(0.0, (kernel_gpu_ms * 1000 - work_us) / len(kernels))
+        hardware = replace(hardware, node_us=beyond_work_us + GRAPH_NODE_GAP_US)
+
     def eager_ms_at(launch_us: float) -> float:
-        hw = replace(preset.hardware, launch_us=launch_us)
+        hw = replace(hardware, launch_us=launch_us)
         return step_time_us(eager_timeline(kernels, batch, hw)) / 1000
 
     lo, hi = 0.0, 1000.0
@@ -437,7 +455,7 @@ def refit_preset(preset: "Preset | str", *, eager_ms: float, num_kernels: int, b
         preset,
         name=f"{preset.name} (refit)",
         description=f"{preset.description}; refitted to {eager_ms:.2f} ms eager, {len(kernels)} kernels",
-        hardware=replace(preset.hardware, launch_us=(lo + hi) / 2),
+        hardware=replace(hardware, launch_us=(lo + hi) / 2),
         kernels=kernels,
         reference_ms={batch: (eager_ms, float("nan"))},
         shape=shape,

@@ -199,3 +199,25 @@ def test_starter_given_code_matches_the_reference(starter, reference):
     stale = [name for name, dump in mine.items() if not _raises_todo(dump) and name in ref and ref[name] != dump]
     assert not stale, f"{starter} has given code that differs from {reference}: {stale}"
     assert any(_raises_todo(dump) for dump in mine.values())
+
+
+def test_refit_matches_the_eager_step_and_prices_graph_nodes_from_the_eager_profile():
+    from mini_vllm.launch_overhead import GRAPH_NODE_GAP_US, kernel_gpu_us, refit_preset, simulate_step
+
+    refit = refit_preset("h100-smollm2-135m", eager_ms=15.0, num_kernels=484)
+    assert abs(len(refit.kernels) - 484) <= refit.shape["layers"]
+    assert simulate_step(refit, 1).eager_us / 1000 == pytest.approx(15.0, rel=1e-6)
+    assert refit.hardware.node_us == 2.0  # no profile: the preset's own node cost
+
+    work_ms = sum(kernel_gpu_us(k, 1, refit.hardware) for k in refit.kernels) / 1000
+    # Kernels that took exactly their roofline time leave only the gap between nodes.
+    bare = refit_preset("h100-smollm2-135m", eager_ms=15.0, num_kernels=484, kernel_gpu_ms=work_ms)
+    assert bare.hardware.node_us == pytest.approx(GRAPH_NODE_GAP_US)
+    # Slower kernels make every node dearer by their mean excess, and the graph step longer.
+    slow = refit_preset("h100-smollm2-135m", eager_ms=15.0, num_kernels=484,
+                        kernel_gpu_ms=work_ms + len(refit.kernels) * 3e-3)
+    assert slow.hardware.node_us == pytest.approx(GRAPH_NODE_GAP_US + 3.0)
+    assert simulate_step(slow, 1).graph_us > simulate_step(bare, 1).graph_us
+    assert simulate_step(slow, 1).eager_us / 1000 == pytest.approx(15.0, rel=1e-6)
+    with pytest.raises(ValueError, match="kernel_gpu_ms"):
+        refit_preset("h100-smollm2-135m", eager_ms=15.0, num_kernels=484, kernel_gpu_ms=0.0)
