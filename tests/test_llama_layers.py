@@ -287,12 +287,14 @@ def test_cpu_weights_are_laid_out_for_matrix_vector_products(tiny):
 @pytest.mark.parametrize("rows", [1, 3])
 @pytest.mark.parametrize("parts", [2, 3])
 def test_split_k_linear_equals_one_product(rows, parts):
-    from mini_vllm.layers.linear import cpu_gemv_layout, split_k_linear
+    from mini_vllm.layers.linear import cpu_gemv_layout, split_k_linear, weight_slices
 
     generator = torch.Generator().manual_seed(rows * 10 + parts)
     weight = cpu_gemv_layout(torch.randn(40, 24, generator=generator))
     x = torch.randn(rows, 24, generator=generator)
-    torch.testing.assert_close(split_k_linear(x, weight, parts), x @ weight.t(), rtol=1e-5, atol=1e-5)
+    slices = weight_slices(weight, parts)
+    assert slices.data_ptr() == weight.data_ptr()  # a view: no second copy of the weight
+    torch.testing.assert_close(split_k_linear(x, slices), x @ weight.t(), rtol=1e-5, atol=1e-5)
 
 
 def test_dispatch_linear_splits_only_small_batches_over_several_threads(monkeypatch):
@@ -300,7 +302,7 @@ def test_dispatch_linear_splits_only_small_batches_over_several_threads(monkeypa
 
     calls = []
     real = linear.split_k_linear
-    monkeypatch.setattr(linear, "split_k_linear", lambda x, w, parts: calls.append(parts) or real(x, w, parts))
+    monkeypatch.setattr(linear, "split_k_linear", lambda x, s: calls.append(s.shape[0]) or real(x, s))
     weight = linear.cpu_gemv_layout(torch.randn(16, 8))
     previous = torch.get_num_threads()
     try:
@@ -308,8 +310,15 @@ def test_dispatch_linear_splits_only_small_batches_over_several_threads(monkeypa
         linear.dispatch_linear(torch.randn(1, 8), weight)  # decode: split over the 2 threads
         linear.dispatch_linear(torch.randn(linear.SPLIT_K_MAX_ROWS + 1, 8), weight)  # prefill: one product
         linear.dispatch_linear(torch.randn(1, 8), weight.contiguous())  # row-major: one product
+        cache: dict = {}
+        x = torch.randn(1, 8)
+        torch.testing.assert_close(linear.dispatch_linear(x, weight, cache), x @ weight.t())
+        assert [s.data_ptr() for s in cache.values()] == [weight.data_ptr()]
+        other = linear.cpu_gemv_layout(torch.randn(16, 8))  # a loader swapped the weight's data
+        torch.testing.assert_close(linear.dispatch_linear(x, other, cache), x @ other.t())
+        assert [s.data_ptr() for s in cache.values()] == [other.data_ptr()]
         torch.set_num_threads(1)
         linear.dispatch_linear(torch.randn(1, 8), weight)  # one thread: nothing to split over
     finally:
         torch.set_num_threads(previous)
-    assert calls == [2]
+    assert calls == [2, 2, 2]

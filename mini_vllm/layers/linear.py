@@ -39,7 +39,7 @@ from torch import nn
 from mini_vllm.layers.tracing import compiler_is_tracing
 
 __all__ = ["LinearBase", "MergedColumnLinear", "QKVLinear", "ReplicatedLinear", "cpu_gemv_layout", "dispatch_linear",
-           "new_weight", "split_k_linear"]
+           "new_weight", "split_k_linear", "weight_slices"]
 
 # Up to this many rows (tokens) a product is matrix-vector-like and memory-bound, and
 # the split over threads pays; above it MKL's own threaded matrix product is better.
@@ -58,29 +58,36 @@ def new_weight(output_size: int, input_size: int) -> torch.Tensor:
     return torch.empty(output_size, input_size)
 
 
-# ANCHOR: split_k_linear
-def split_k_linear(x: torch.Tensor, weight: torch.Tensor, parts: int) -> torch.Tensor:
-    """`x @ weight.T` as `parts` partial products over slices of the input dimension.
+def weight_slices(weight: torch.Tensor, parts: int) -> torch.Tensor:
+    """The column-major `[out, in]` weight as `[parts, in / parts, out]`: a view, no copy."""
+    in_features = weight.shape[1]
+    # weight.t() is the contiguous [in, out] array; cut it into `parts` blocks of rows.
+    return weight.t().view(parts, in_features // parts, weight.shape[0])
 
-    x `[T, in]`; weight `[out, in]` column-major; `in` divisible by `parts`.
+
+# ANCHOR: split_k_linear
+def split_k_linear(x: torch.Tensor, slices: torch.Tensor) -> torch.Tensor:
+    """`x @ weight.T` as partial products over slices of the input dimension.
+
+    x `[T, in]`; slices `[parts, in / parts, out]` from `weight_slices`.
     """
-    rows, in_features = x.shape
-    k = in_features // parts
-    # [in, out] row-major, cut into `parts` blocks of k rows: a view of the weight.
-    weight_slices = weight.t().view(parts, k, weight.shape[0])
+    parts, k, _ = slices.shape
+    rows = x.shape[0]
     # [parts, T, k]; one token (decode) needs no transpose.
     x_slices = x.view(parts, 1, k) if rows == 1 else x.view(rows, parts, k).transpose(0, 1)
     # One batched product: each thread reads its own slice of the matrix.
-    partial = torch.bmm(x_slices, weight_slices)  # [parts, T, out]
+    partial = torch.bmm(x_slices, slices)  # [parts, T, out]
     return partial.sum(0)  # the "all-reduce" of the partial sums
 # ANCHOR_END: split_k_linear
 
 
-def dispatch_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def dispatch_linear(x: torch.Tensor, weight: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
     """`F.linear(x, weight)`, split over the CPU threads where that is faster.
 
-    vLLM chooses its CPU product the same way, per layer, in
-    vllm/model_executor/layers/utils.py (`dispatch_cpu_unquantized_gemm`).
+    `cache` (a layer's own dict) keeps the weight's sliced view between calls: making
+    it is two tensor ops, and at batch 1 on a small CPU every op costs microseconds.
+    vLLM chooses its CPU product per layer too, in vllm/model_executor/layers/utils.py
+    (`dispatch_cpu_unquantized_gemm`).
     """
     # Tracing first: a compiler (Inductor, torch.fx) should see one plain linear, and
     # under torch.fx the other checks would be symbolic.
@@ -88,7 +95,15 @@ def dispatch_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         parts = torch.get_num_threads()
         if (parts > 1 and x.dim() == 2 and x.shape[0] <= SPLIT_K_MAX_ROWS
                 and weight.stride(0) == 1 and weight.shape[1] % parts == 0):
-            return split_k_linear(x, weight, parts)
+            # Keyed by the storage too: a loader may swap the parameter's data.
+            key = (parts, weight.data_ptr())
+            slices = cache.get(key) if cache is not None else None
+            if slices is None:
+                slices = weight_slices(weight, parts)
+                if cache is not None:
+                    cache.clear()
+                    cache[key] = slices
+            return split_k_linear(x, slices)
     return F.linear(x, weight)
 
 
@@ -101,9 +116,10 @@ class LinearBase(nn.Module):
         # loader, and a 1B-parameter model should not pay for random init twice.
         self.weight = nn.Parameter(new_weight(output_size, input_size), requires_grad=False)
         self.weight.weight_loader = self.weight_loader
+        self._cpu_slices: dict = {}  # dispatch_linear's cache (a view of the weight, not a copy)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return dispatch_linear(x, self.weight)
+        return dispatch_linear(x, self.weight, self._cpu_slices)
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         _check_shape(param.data, loaded, f"{type(self).__name__}")

@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from mini_vllm.layers.tracing import compiler_is_tracing
+
 __all__ = ["RotaryEmbedding", "rope_inverse_frequencies"]
 
 
@@ -95,7 +97,12 @@ class RotaryEmbedding(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate `query` `[T, H*D]` and `key` `[T, Hkv*D]` by `positions` `[T]`."""
         num_tokens = positions.shape[0]
-        cos_sin = self.cos_sin_cache.index_select(0, positions).to(query.dtype).unsqueeze(1)
+        cos_sin = self.cos_sin_cache.index_select(0, positions)
+        # A cast to the same dtype is skipped, not made a no-op call: at batch 1 every op
+        # costs microseconds. (torch.fx cannot branch on a traced dtype: it records the cast.)
+        if compiler_is_tracing() or cos_sin.dtype != query.dtype:
+            cos_sin = cos_sin.to(query.dtype)
+        cos_sin = cos_sin.unsqueeze(1)
         # Query and key heads side by side, rotated in one go: half the ops.
         heads = torch.cat((query.view(num_tokens, -1, self.head_dim), key.view(num_tokens, -1, self.head_dim)), dim=1)
         heads = self._rotate(heads, cos_sin)

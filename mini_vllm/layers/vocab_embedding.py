@@ -33,9 +33,10 @@ class LMHead(nn.Module):
     def __init__(self, vocab_size: int, hidden_size: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(new_weight(vocab_size, hidden_size), requires_grad=False)
+        self._cpu_slices: dict = {}  # dispatch_linear's cache
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return dispatch_linear(hidden_states, self.weight)
+        return dispatch_linear(hidden_states, self.weight, self._cpu_slices)
 
     def process_weights_after_loading(self) -> None:
         # On CPU the head is read faster column-major (see layers/linear.py), but the
