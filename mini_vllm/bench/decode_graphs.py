@@ -118,9 +118,10 @@ def decode_floor_bytes(model: torch.nn.Module, batch: int, context_len: int) -> 
 
 
 def _profile_kernels(device: torch.device, fn) -> tuple[int | None, float | None]:
-    """GPU kernels executed by `fn()` (CUDA graphs' kernels included) and their summed
-    GPU time in ms; (None, None) on CPU. Copies and memsets are not counted."""
+    """Run `fn()`; return the GPU kernels it executed (CUDA graphs' kernels included) and
+    their summed GPU time in ms, or (None, None) on CPU. Copies and memsets are not counted."""
     if device.type != "cuda":
+        fn()
         return None, None
     from torch.profiler import ProfilerActivity, profile
 
@@ -220,7 +221,11 @@ def _measure_batch(engine, batch: int, context_len: int, steps: int, warmup: int
         forward_s.append(runner.last_step.forward_seconds)
         modes.add(runner.last_step.runtime_mode)
     runner.time_forward = False
+    recorded = len(engine.stats.steps)
     kernels, kernel_ms = _profile_kernels(device, engine.step)
+    profiled = engine.stats.steps[recorded:]
+    if len(profiled) != 1 or not profiled[0].uniform_decode or profiled[0].num_reqs != batch:
+        raise RuntimeError("the profiled step was not a decode step of the whole batch (did requests finish?)")
     while engine.has_unfinished_requests():  # let this batch finish before the next one
         engine.step()
     return ModeResult(
@@ -235,7 +240,8 @@ def _measure_batch(engine, batch: int, context_len: int, steps: int, warmup: int
 def _measure_mode(model, mode: str, batch_sizes: list[int], context_len: int, steps: int, warmup: int,
                   device, dtype, block_size: int, log) -> dict[int, ModeResult]:
     start = time.perf_counter()
-    engine = _engine_for(model, mode, batch_sizes, context_len, steps + warmup, str(device), dtype, block_size)
+    # Room in the context for the warm-up, both timed passes and the profiled step.
+    engine = _engine_for(model, mode, batch_sizes, context_len, 2 * steps + warmup, str(device), dtype, block_size)
     report, compiled = engine.runner.capture_report, engine.runner.compile_report
     log(f"{mode}: engine ready in {time.perf_counter() - start:.1f} s"
         + (f" ({compiled.line()})" if compiled else "")
