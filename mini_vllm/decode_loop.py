@@ -30,7 +30,6 @@ added wake-ups.)
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
