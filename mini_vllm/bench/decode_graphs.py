@@ -174,7 +174,7 @@ def _hf_compiled_step_ms(hf, context_len: int, steps: int, vocab: int, device: t
         return None
 
 
-def _engine_for(model, mode: str, batch_sizes: list[int], context_len: int, steps: int, device: str, dtype,
+def _engine_for(model, mode: str, batch_sizes: list[int], context_len: int, new_tokens: int, device: str, dtype,
                 block_size: int):
     """One engine per mode, for every batch size: graphs captured (and code compiled) once."""
     from mini_vllm.engine.engine_config import EngineConfig
@@ -183,10 +183,15 @@ def _engine_for(model, mode: str, batch_sizes: list[int], context_len: int, step
     largest = max(batch_sizes)
     config = EngineConfig(
         model="(shared)", device=device, dtype=dtype, max_num_seqs=largest,
-        max_num_batched_tokens=max(largest * context_len, 256), max_model_len=context_len + steps + 32,
+        max_num_batched_tokens=max(largest * context_len, 256), max_model_len=context_len + new_tokens + 32,
         block_size=block_size, cudagraph_capture_sizes=sorted(set(batch_sizes)), **MODES[mode],
     )
     return LLMEngine(config, model, tokenizer=None, capture_progress=False)
+
+
+def _new_tokens_per_request(steps: int, warmup: int) -> int:
+    """Tokens a request must be allowed: warm-up, two timed passes, the profiled step, slack."""
+    return 2 * steps + warmup + 16
 
 
 def _measure_batch(engine, batch: int, context_len: int, steps: int, warmup: int, device) -> ModeResult:
@@ -195,7 +200,7 @@ def _measure_batch(engine, batch: int, context_len: int, steps: int, warmup: int
     runner = engine.runner
     vocab = engine.model.config.vocab_size
     gen = torch.Generator().manual_seed(batch)
-    params = SamplingParams(temperature=0, max_tokens=2 * steps + warmup + 16, ignore_eos=True)
+    params = SamplingParams(temperature=0, max_tokens=_new_tokens_per_request(steps, warmup), ignore_eos=True)
     for _ in range(batch):
         engine.add_request(torch.randint(3, vocab, (context_len,), generator=gen).tolist(), params)
     # Prefill (in one or more chunks) until every request decodes.
@@ -240,8 +245,8 @@ def _measure_batch(engine, batch: int, context_len: int, steps: int, warmup: int
 def _measure_mode(model, mode: str, batch_sizes: list[int], context_len: int, steps: int, warmup: int,
                   device, dtype, block_size: int, log) -> dict[int, ModeResult]:
     start = time.perf_counter()
-    # Room in the context for the warm-up, both timed passes and the profiled step.
-    engine = _engine_for(model, mode, batch_sizes, context_len, 2 * steps + warmup, str(device), dtype, block_size)
+    engine = _engine_for(model, mode, batch_sizes, context_len, _new_tokens_per_request(steps, warmup), str(device),
+                         dtype, block_size)
     report, compiled = engine.runner.capture_report, engine.runner.compile_report
     log(f"{mode}: engine ready in {time.perf_counter() - start:.1f} s"
         + (f" ({compiled.line()})" if compiled else "")
@@ -327,9 +332,9 @@ def run_graph_decode_bench(
     if eager and full and eager.kernels and config.num_hidden_layers == 30 and config.hidden_size == 576:
         measured = eager.forward_ms / full.forward_ms
         lines = []
-        # First as the preset stands (its node cost from the naive model), then with the
-        # node cost read off this run's eager profile: both are predictions.
-        for kernel_ms in (None, eager.kernel_ms):
+        # First as the preset stands (its node cost from the naive model), then, where the
+        # run has a profile, with the node cost read off the eager kernels: both predict.
+        for kernel_ms in [None] + ([eager.kernel_ms] if eager.kernel_ms is not None else []):
             refit = refit_preset("h100-smollm2-135m", eager_ms=eager.forward_ms, num_kernels=eager.kernels,
                                  kernel_gpu_ms=kernel_ms)
             predicted = simulate_step(refit, 1).speedup
@@ -341,8 +346,6 @@ def run_graph_decode_bench(
                 f"{eager.kernels} kernels, launch cost {refit.hardware.launch_us:.1f} us), {source}: predicts a FULL "
                 f"speed-up of {predicted:.2f}x; measured {measured:.2f}x ({(predicted / measured - 1) * 100:+.0f}%)"
             )
-            if eager.kernel_ms is None:
-                break
         report.refit = "\n\n".join(lines)
         log(report.refit)
     return report
