@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mini_vllm.layers.tracing import compiler_is_tracing
+from mini_vllm.layers.tracing import compiler_is_tracing, fx_symbolic_tracing
 
 __all__ = ["LinearBase", "MergedColumnLinear", "QKVLinear", "ReplicatedLinear", "cpu_gemv_layout", "dispatch_linear",
            "new_weight", "split_k_linear", "weight_slices"]
@@ -73,12 +73,22 @@ def split_k_linear(x: torch.Tensor, slices: torch.Tensor) -> torch.Tensor:
     """
     parts, k, _ = slices.shape
     rows = x.shape[0]
-    # [parts, T, k]; one token (decode) needs no transpose.
-    x_slices = x.view(parts, 1, k) if rows == 1 else x.view(rows, parts, k).transpose(0, 1)
+    # [parts, T, k]; one token (decode) needs no transpose. (A compiler traces one graph
+    # for every token count, so it gets the general form.)
+    if rows == 1 and not compiler_is_tracing():
+        x_slices = x.view(parts, 1, k)
+    else:
+        x_slices = x.view(rows, parts, k).transpose(0, 1)
     # One batched product: each thread reads its own slice of the matrix.
     partial = torch.bmm(x_slices, slices)  # [parts, T, out]
     return partial.sum(0)  # the "all-reduce" of the partial sums
 # ANCHOR_END: split_k_linear
+
+
+@torch.compiler.assume_constant_result
+def _cpu_threads() -> int:
+    # Under torch.compile the count is read once, at trace time, and baked into the graph.
+    return torch.get_num_threads()
 
 
 def dispatch_linear(x: torch.Tensor, weight: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
@@ -89,21 +99,27 @@ def dispatch_linear(x: torch.Tensor, weight: torch.Tensor, cache: dict | None = 
     vLLM chooses its CPU product per layer too, in vllm/model_executor/layers/utils.py
     (`dispatch_cpu_unquantized_gemm`).
     """
-    # Tracing first: a compiler (Inductor, torch.fx) should see one plain linear, and
-    # under torch.fx the other checks would be symbolic.
-    if not compiler_is_tracing() and x.device.type == "cpu":
-        parts = torch.get_num_threads()
-        if (parts > 1 and x.dim() == 2 and x.shape[0] <= SPLIT_K_MAX_ROWS
-                and weight.stride(0) == 1 and weight.shape[1] % parts == 0):
-            # Keyed by the storage too: a loader may swap the parameter's data.
-            key = (parts, weight.data_ptr())
-            slices = cache.get(key) if cache is not None else None
-            if slices is None:
-                slices = weight_slices(weight, parts)
-                if cache is not None:
-                    cache.clear()
-                    cache[key] = slices
-            return split_k_linear(x, slices)
+    # torch.fx first: its symbolic tensors cannot be branched on, and it records one
+    # plain linear (with the thread count it was traced for it would bake in the split).
+    if not fx_symbolic_tracing() and x.device.type == "cpu":
+        parts = _cpu_threads()
+        if parts > 1 and x.dim() == 2 and weight.stride(0) == 1 and weight.shape[1] % parts == 0:
+            if torch.compiler.is_compiling():
+                # Dynamo traces one graph for every token count, so it gets the split
+                # for all of them (prefill too: each thread then multiplies its slice
+                # for all rows). Inductor calls MKL's batched product and fuses the sum
+                # of the partials into the elementwise code after it.
+                return split_k_linear(x, weight_slices(weight, parts))
+            if x.shape[0] <= SPLIT_K_MAX_ROWS:
+                # Keyed by the storage too: a loader may swap the parameter's data.
+                key = (parts, weight.data_ptr())
+                slices = cache.get(key) if cache is not None else None
+                if slices is None:
+                    slices = weight_slices(weight, parts)
+                    if cache is not None:
+                        cache.clear()
+                        cache[key] = slices
+                return split_k_linear(x, slices)
     return F.linear(x, weight)
 
 

@@ -82,13 +82,14 @@ class RotaryEmbedding(nn.Module):
         angles = torch.outer(torch.arange(max_position, dtype=torch.float32), inv_freq)
         cos, sin = angles.cos(), angles.sin()
         if is_neox_style:
-            # One row per position: [cos | cos | -sin | sin], see `_rotate`.
-            table = torch.cat((cos, cos, -sin, sin), dim=-1)
+            # Per position, two rows: [cos | cos] and [-sin | sin], see `_rotate`.
+            table = torch.stack((torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)), dim=1)
         else:
-            table = torch.cat((cos, sin), dim=-1)
+            table = torch.stack((cos, sin), dim=1)
         # A forward gathers rows; it computes no trigonometry. Kept in float32 (cast
-        # per use) so that bf16 models index the very same angles.
-        self.register_buffer("cos_sin_cache", table, persistent=False)
+        # per use) so that bf16 models index the very same angles. The size-1 axis
+        # broadcasts over heads: [max_position, 2, 1, width].
+        self.register_buffer("cos_sin_cache", table.unsqueeze(2), persistent=False)
         # ANCHOR_END: rope_table
 
     # ANCHOR: rope
@@ -102,27 +103,41 @@ class RotaryEmbedding(nn.Module):
         # costs microseconds. (torch.fx cannot branch on a traced dtype: it records the cast.)
         if compiler_is_tracing() or cos_sin.dtype != query.dtype:
             cos_sin = cos_sin.to(query.dtype)
-        cos_sin = cos_sin.unsqueeze(1)
         # Query and key heads side by side, rotated in one go: half the ops.
-        heads = torch.cat((query.view(num_tokens, -1, self.head_dim), key.view(num_tokens, -1, self.head_dim)), dim=1)
-        heads = self._rotate(heads, cos_sin)
-        query, key = heads.split([query.shape[-1] // self.head_dim, key.shape[-1] // self.head_dim], dim=1)
-        return query.flatten(1), key.flatten(1)
+        cos, sin = cos_sin.unbind(1)
+        heads = _heads_side_by_side(query, key, self.head_dim)
+        rotated = self._rotate(heads, cos, sin)
+        return rotated.view(num_tokens, -1).split([query.shape[-1], key.shape[-1]], dim=1)
 
-    def _rotate(self, x: torch.Tensor, cos_sin: torch.Tensor) -> torch.Tensor:
-        """x `[T, heads, D]`, cos_sin `[T, 1, 2D]` (rows of the table)."""
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x `[T, heads, D]`; cos and sin `[T, 1, width]` (rows of the table)."""
         if self.is_neox_style:
             # Channel i pairs with i + D/2: out = (x1 cos - x2 sin, x2 cos + x1 sin).
             # roll(x, D/2) is (x2, x1), so out = x * [cos|cos] + roll(x) * [-sin|sin]:
-            # four elementwise ops. At batch 1 on CPU, each op costs microseconds of
-            # overhead whatever its size, so fewer ops is what makes this faster.
-            cos, signed_sin = cos_sin.chunk(2, dim=-1)
-            return x * cos + x.roll(self.head_dim // 2, dims=-1) * signed_sin
+            # three ops. At batch 1 on CPU, each op costs microseconds of overhead
+            # whatever its size, so fewer ops is what makes this faster.
+            return torch.addcmul(x * cos, x.roll(self.head_dim // 2, dims=-1), sin)
         # Interleaved (GPT-J / llama.cpp): channel 2i pairs with 2i + 1.
-        cos, sin = cos_sin.chunk(2, dim=-1)
         x1, x2 = x[..., 0::2], x[..., 1::2]
         return torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
     # ANCHOR_END: rope
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, max_position={self.max_position}, is_neox_style={self.is_neox_style}"
+
+
+def _heads_side_by_side(query: torch.Tensor, key: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """query `[T, Hq*D]` and key `[T, Hk*D]` as one `[T, Hq+Hk, D]` tensor.
+
+    In a Llama layer q and k are neighbouring columns of the fused qkv output, so the
+    pair already is one strided block of memory: viewing it costs nothing, where a
+    concatenation copies both (and is one more op per layer). Anything else is copied.
+    """
+    num_tokens = query.shape[0]
+    if (not compiler_is_tracing() and query.dim() == 2 and key.dim() == 2
+            and query.stride(1) == 1 and key.stride(1) == 1 and query.stride(0) == key.stride(0)
+            and key.untyped_storage().data_ptr() == query.untyped_storage().data_ptr()
+            and key.storage_offset() == query.storage_offset() + query.shape[1]):
+        num_heads = (query.shape[1] + key.shape[1]) // head_dim
+        return query.as_strided((num_tokens, num_heads, head_dim), (query.stride(0), head_dim, 1))
+    return torch.cat((query.view(num_tokens, -1, head_dim), key.view(num_tokens, -1, head_dim)), dim=1)

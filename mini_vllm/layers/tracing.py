@@ -17,11 +17,11 @@ from __future__ import annotations
 import torch
 import torch.fx._symbolic_trace as _fx_trace
 
-__all__ = ["compiler_is_tracing"]
+__all__ = ["compiler_is_tracing", "fx_symbolic_tracing"]
 
 # torch >= 2.6 has a quiet spelling; `is_fx_tracing` logs a warning on every process.
-_fx_symbolic_tracing = getattr(_fx_trace, "is_fx_symbolic_tracing", _fx_trace.is_fx_tracing)
+fx_symbolic_tracing = getattr(_fx_trace, "is_fx_symbolic_tracing", _fx_trace.is_fx_tracing)
 
 
 def compiler_is_tracing() -> bool:
-    return torch.compiler.is_compiling() or _fx_symbolic_tracing()
+    return torch.compiler.is_compiling() or fx_symbolic_tracing()
