@@ -6,10 +6,12 @@ custom ops are off by default and the compiler sees `forward_native`. Here one m
 object runs both ways (eager and compiled, in the same test session), so the layers
 ask at call time instead.
 
-Eager fast paths (a Triton kernel on CUDA, a split matrix product on CPU) are right
-for eager runs, but Dynamo/Inductor should see plain torch ops, which it fuses
+Eager fast paths (a Triton kernel on CUDA, cached views and shortcuts on CPU) are
+right for eager runs, but Dynamo/Inductor should see plain torch ops, which it fuses
 itself, and torch.fx records whatever runs, op by op, so it would bake the fast path
-(and the thread count it was chosen for) into the graph.
+into the graph. The CPU split matrix product is the one path that Dynamo does get
+(it is plain torch ops, and Inductor keeps it); torch.fx alone gets `F.linear`, so
+its graph does not depend on the thread count (`fx_symbolic_tracing`).
 """
 
 from __future__ import annotations
