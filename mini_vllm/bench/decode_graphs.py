@@ -7,8 +7,10 @@ same weights, so the ratios compare like with like.
 For each batch size B and each mode, B requests with a prompt of `context_len`
 tokens are added to a fresh engine (same model object, new KV cache); after the
 prefill, decode steps are timed. Reported per step:
-- `step ms`: the whole engine step (scheduling, input copies, forward, sampling),
-  with no sync inside it, over `steps` steps;
+- `step ms`: the time from one engine step's return to the next one's, over `steps`
+  steps in a row: scheduling, input copies, forward, sampling, and the wait for the
+  tokens. With async scheduling (the `+async` modes) a step returns the tokens of the
+  step before it, so the host plans one step while the device runs the other;
 - `fwd ms`: the model forward alone, device-synchronised on both sides (what graphs
   change), over `steps` further steps;
 - kernels per step: GPU kernels one decode step executes (torch.profiler; CUDA only);
@@ -41,6 +43,9 @@ MODES = {
     "compile+full": dict(cudagraph_mode="full_decode_only", compilation_mode="vllm_compile"),
     "compile+piecewise": dict(cudagraph_mode="piecewise", compilation_mode="vllm_compile"),
     "compile+full_and_piecewise": dict(cudagraph_mode="full_and_piecewise", compilation_mode="vllm_compile"),
+    "full+async": dict(cudagraph_mode="full_decode_only", async_scheduling=True),
+    "compile+full+async": dict(cudagraph_mode="full_decode_only", compilation_mode="vllm_compile",
+                               async_scheduling=True),
 }
 
 
@@ -212,13 +217,16 @@ def _measure_batch(engine, batch: int, context_len: int, steps: int, warmup: int
     # Whole steps first, then (on as many more steps) the forward alone: timing the
     # forward needs a device sync on each side of it, which would also stop the host
     # from queueing the LM head and the sampler while the forward runs.
+    # A step's time is the gap between consecutive returns: a synchronous step ends
+    # when its tokens are on the host, an async one when the previous step's are.
     step_s, forward_s, modes = [], [], set()
+    _sync(device)
+    last = time.perf_counter()
     for _ in range(steps):
-        _sync(device)
-        start = time.perf_counter()
         engine.step()
-        _sync(device)
-        step_s.append(time.perf_counter() - start)
+        now = time.perf_counter()
+        step_s.append(now - last)
+        last = now
         modes.add(runner.last_step.runtime_mode)
     runner.time_forward = True
     for _ in range(steps):
@@ -360,8 +368,9 @@ def format_graph_markdown(report: GraphDecodeReport, command: str) -> str:
         f"- command: `{command}`",
         f"- model: `{report.model}` ({report.dtype}), context {report.context_len} tokens, "
         f"median of {report.steps} decode steps after warm-up",
-        "- step = whole engine step (schedule, copy inputs, forward, sample); fwd = forward alone, synchronised "
-        "(timed on separate steps, so that the step has no sync inside it)",
+        "- step = time between consecutive engine steps' returns (schedule, copy inputs, forward, sample, wait for "
+        "the tokens; `+async`: the host plans step N+1 while the device runs step N); fwd = forward alone, "
+        "synchronised (timed on separate steps, so that the step has no sync inside it)",
     ]
     if report.bandwidth_gbs:
         lines.append(f"- copy bandwidth measured in this run: {report.bandwidth_gbs:.0f} GB/s (read + write)")

@@ -177,14 +177,19 @@ class BlockManager:
         return len(self._cached_prefix(seq)) * self.block_size
 
     # ANCHOR: cache_full_blocks
-    def cache_full_blocks(self, seq: SequenceLike) -> None:
+    def cache_full_blocks(self, seq: SequenceLike, num_tokens: int | None = None) -> None:
         """Register the blocks the sequence has completely computed, so later
         sequences with the same prefix can share them. Call after each step that
-        advanced num_computed_tokens. No-op without prefix caching."""
+        advanced num_computed_tokens. No-op without prefix caching.
+
+        `num_tokens`: how many leading tokens are computed and known (default
+        num_computed_tokens; the async scheduler counts tokens as computed before
+        their step has run, and some are still placeholders)."""
         if not self.enable_prefix_caching:
             return
         done = self._num_hashed.get(seq.seq_id, 0)
-        full = min(seq.num_computed_tokens // self.block_size, len(seq.block_table))
+        computed = seq.num_computed_tokens if num_tokens is None else num_tokens
+        full = min(computed // self.block_size, len(seq.block_table))
         parent = self._block_hash[seq.block_table[done - 1]] if done else None
         for i in range(done, full):
             block_id = seq.block_table[i]

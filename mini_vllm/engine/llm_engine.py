@@ -13,10 +13,12 @@ from typing import Iterable
 
 import torch
 
+from mini_vllm.engine.async_scheduler import AsyncScheduler
 from mini_vllm.engine.block_manager import BlockManager
 from mini_vllm.engine.engine_config import EngineConfig
-from mini_vllm.engine.model_runner import ModelRunner
+from mini_vllm.engine.model_runner import ModelRunner, SampledTokens
 from mini_vllm.engine.scheduler import Scheduler
+from mini_vllm.engine.scheduler_output import SchedulerOutput
 from mini_vllm.engine.sequence import FinishReason, Sequence
 from mini_vllm.engine.stats import EngineStats
 from mini_vllm.sampling_params import SamplingParams
@@ -37,7 +39,9 @@ class LLMEngine:
         num_blocks = config.num_kv_blocks or config.max_num_seqs * math.ceil(self.max_model_len / config.block_size)
         self.block_manager = BlockManager(num_blocks, config.block_size, enable_prefix_caching=config.enable_prefix_caching)
         eos = model.config.eos_token_id
-        self.scheduler = Scheduler(config.scheduler_config(self.max_model_len), self.block_manager, eos_token_id=eos)
+        scheduler_class = AsyncScheduler if config.async_scheduling else Scheduler
+        self.scheduler = scheduler_class(config.scheduler_config(self.max_model_len), self.block_manager,
+                                         eos_token_id=eos)
         self.runner = ModelRunner(model, config, self.max_model_len, num_blocks)
         # ANCHOR_END: engine_init
         # Phase 05: compile (if asked), then capture every graph now, before serving;
@@ -46,6 +50,8 @@ class LLMEngine:
         self.runner.capture_model(progress=capture_progress)
         self.stats = EngineStats()
         self._next_id = 0
+        # Async scheduling: the step launched last, whose tokens have not been read yet.
+        self._in_flight: tuple[SchedulerOutput, SampledTokens | None] | None = None
 
     def add_request(self, prompt_token_ids: Iterable[int], params: SamplingParams) -> Sequence:
         """Queue a request. One the engine can never serve (longer than max_model_len, or
@@ -57,18 +63,44 @@ class LLMEngine:
         return seq
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests()
+        return self.scheduler.has_unfinished_requests() or self._in_flight is not None
 
     # ANCHOR: engine_step
     def step(self) -> list[Sequence]:
         """One scheduler step and one forward; returns the requests that finished in it."""
+        if self.config.async_scheduling:
+            return self._step_async()
         output = self.scheduler.schedule()
         sampled = self.runner.execute_model(output) if not output.is_empty else []
         finished = self.scheduler.update_from_output(output, sampled)
+        return self._after_step(output, finished)
+    # ANCHOR_END: engine_step
+
+    # ANCHOR: engine_step_async
+    def _step_async(self) -> list[Sequence]:
+        """Launch this step, then take in the previous step's tokens while the device works.
+
+        Returns the requests that finished with the previous step's tokens. vLLM's
+        `EngineCore.step_with_batch_queue` keeps the same one-step lag.
+        """
+        output = self.scheduler.schedule()  # may plan on placeholders of the step in flight
+        launched = self.runner.execute_model(output, non_blocking=True) if not output.is_empty else None
+        finished: list[Sequence] = []
+        if self._in_flight is not None:
+            previous, tokens = self._in_flight
+            sampled = tokens.get() if tokens is not None else []  # waits for that step only
+            finished = self.scheduler.update_from_output(previous, sampled)
+        self._in_flight = (output, launched)
+        if not output.scheduled and not output.failed and not self.scheduler.has_unfinished_requests():
+            self.scheduler.update_from_output(output, [])  # nothing was launched: close the empty step
+            self._in_flight = None
+        return self._after_step(output, finished)
+    # ANCHOR_END: engine_step_async
+
+    def _after_step(self, output: SchedulerOutput, finished: list[Sequence]) -> list[Sequence]:
         if not output.is_empty:
             self.stats.record(self.runner.last_step)
         self.stats.num_preemptions = self.scheduler.num_preemptions
         self.stats.num_failed_requests += sum(1 for seq in finished if seq.finish_reason is FinishReason.ERROR)
         self.runner.free_requests([seq.seq_id for seq in finished])
         return finished
-    # ANCHOR_END: engine_step

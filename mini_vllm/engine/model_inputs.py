@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from mini_vllm.engine.block_manager import PAD_SLOT_ID, slot_mapping
 from mini_vllm.engine.scheduler_output import SchedulerOutput
+from mini_vllm.engine.sequence import PLACEHOLDER
 
 __all__ = ["ModelInputs", "pad_inputs", "prepare_inputs"]
 
@@ -37,6 +38,10 @@ class ModelInputs:
     sampling_rows: list[int]  # the rows that sample this step, in order
     uniform_decode: bool  # every real row decodes exactly one token
     num_real_tokens: int = field(default=-1)  # before padding (-1: no padding applied)
+    # Async scheduling: tokens not sampled yet when the step was planned (their ids are
+    # 0 here; the runner copies them from the previous step's samples on the device).
+    placeholder_tokens: list[int] = field(default_factory=list)  # token indices
+    placeholder_seq_ids: list = field(default_factory=list)  # whose token each one is
 # ANCHOR_END: model_inputs
 
     @property
@@ -64,8 +69,17 @@ def prepare_inputs(output: SchedulerOutput) -> ModelInputs:
     slots: list[int] = []
     logits_indices: list[int] = []
     sampling_rows: list[int] = []
+    placeholders: list[int] = []
+    placeholder_seq_ids: list = []
     for row_index, row in enumerate(output.scheduled):
-        input_ids.extend(row.new_token_ids)
+        if PLACEHOLDER in row.new_token_ids:  # only under async scheduling
+            for offset, token in enumerate(row.new_token_ids):
+                if token == PLACEHOLDER:
+                    placeholders.append(len(input_ids) + offset)
+                    placeholder_seq_ids.append(row.seq_id)
+            input_ids.extend(0 if t == PLACEHOLDER else t for t in row.new_token_ids)
+        else:
+            input_ids.extend(row.new_token_ids)
         positions.extend(row.positions)
         slots.extend(slot_mapping(row.block_table, row.num_computed_tokens, row.context_len, output.block_size))
         if row.samples_token:
@@ -82,6 +96,8 @@ def prepare_inputs(output: SchedulerOutput) -> ModelInputs:
         logits_indices=logits_indices,
         sampling_rows=sampling_rows,
         uniform_decode=output.is_uniform_decode,
+        placeholder_tokens=placeholders,
+        placeholder_seq_ids=placeholder_seq_ids,
     )
 # ANCHOR_END: prepare_inputs
 

@@ -39,7 +39,7 @@ from mini_vllm.forward_context import BatchDescriptor, set_forward_context
 from mini_vllm.layers.attention import bind_kv_caches
 from mini_vllm.layers.sampler import Sampler, make_generator
 
-__all__ = ["CaptureReport", "ModelRunner"]
+__all__ = ["CaptureReport", "ModelRunner", "SampledTokens"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,23 @@ class CaptureReport:
     sizes: list[int]  # capture sizes, as tried (largest first)
     seconds: float
     graph_memory_bytes: int | None  # free device memory before minus after; None on CPU
+
+
+class SampledTokens:
+    """One step's sampled ids on their way to the host (vLLM: AsyncGPUModelRunnerOutput)."""
+
+    def __init__(self, host: torch.Tensor | None, event, rows: list[int], num_rows: int) -> None:
+        self._host, self._event, self._rows, self._num_rows = host, event, rows, num_rows
+
+    def get(self) -> list[int | None]:
+        """The token of each row (None: no sample), waiting for this step only."""
+        sampled: list[int | None] = [None] * self._num_rows
+        if self._host is not None:
+            if self._event is not None:
+                self._event.synchronize()
+            for row, token in zip(self._rows, self._host.tolist()):
+                sampled[row] = token
+        return sampled
 
 
 class ModelRunner:
@@ -120,6 +137,15 @@ class ModelRunner:
 
         self.sampler = Sampler()
         self._generators: dict[object, torch.Generator | None] = {}
+        # Async scheduling: the last step's sampled ids stay on the device, and the
+        # row each request sampled in, so the next step can read its input from there.
+        self._prev_sampled: torch.Tensor | None = None
+        self._prev_sample_row: dict[object, int] = {}
+        # Two pinned landing buffers for sampled ids: one step's copy may still be in
+        # flight while the next is issued.
+        self._sampled_host = [torch.zeros(config.max_num_seqs, dtype=torch.long, pin_memory=on_gpu)
+                              for _ in range(2)]
+        self._sampled_host_index = 0
         self.last_step: StepRecord | None = None
         # Benchmarks set this to time the forward alone (two device syncs a step).
         self.time_forward = False
@@ -151,6 +177,8 @@ class ModelRunner:
                 self._ints[start:start + count].copy_(self._staging[start:start + count], non_blocking=True)
             self.block_tables[:reqs].copy_(self._staging[4 * cap:].view(cap, -1)[:reqs], non_blocking=True)
             self._copy_done.record()
+        if inputs.placeholder_tokens:
+            self._fill_placeholders(inputs)
         return PagedAttentionMetadata(
             slot_mapping=self.slot_mapping[:n],
             block_tables=self.block_tables[:reqs, :table_width],
@@ -161,6 +189,25 @@ class ModelRunner:
         )
     # ANCHOR_END: copy_inputs
 
+    # ANCHOR: fill_placeholders
+    def _fill_placeholders(self, inputs: ModelInputs) -> None:
+        """Async scheduling: tokens the previous step sampled, copied device to device.
+
+        The host does not know them yet; the scheduler marked their places and the
+        previous step's samples are still on the device, one row per request.
+        """
+        if self._prev_sampled is None:
+            raise RuntimeError("a step feeds a token in flight, but no step before it sampled on this runner")
+        targets = inputs.placeholder_tokens
+        sources = [self._prev_sample_row[seq_id] for seq_id in inputs.placeholder_seq_ids]
+        if targets == sources == list(range(len(targets))):
+            # Pure decode, same requests in the same order: one contiguous copy.
+            self.input_ids[:len(targets)].copy_(self._prev_sampled[:len(targets)])
+        else:
+            index = torch.tensor([targets, sources], dtype=torch.long).to(self.device, non_blocking=True)
+            self.input_ids.index_copy_(0, index[0], self._prev_sampled.index_select(0, index[1]))
+    # ANCHOR_END: fill_placeholders
+
     def _table_width(self, inputs: ModelInputs, runtime_mode: CUDAGraphMode) -> int:
         if runtime_mode is CUDAGraphMode.FULL:
             return self.max_blocks_per_seq  # a captured graph reads the whole table, always
@@ -169,8 +216,12 @@ class ModelRunner:
 
     # ANCHOR: execute_model
     @torch.inference_mode()
-    def execute_model(self, output: SchedulerOutput) -> list[int | None]:
-        """Run one step; return the sampled token of each row (None: the row samples nothing)."""
+    def execute_model(self, output: SchedulerOutput, non_blocking: bool = False) -> "list[int | None] | SampledTokens":
+        """Run one step; return the sampled token of each row (None: the row samples nothing).
+
+        `non_blocking` (async scheduling): return at once with a `SampledTokens` handle
+        whose `.get()` waits for this step's tokens; the GPU still runs the step.
+        """
         start = time.perf_counter()
         inputs = prepare_inputs(output)
         runtime_mode, descriptor = self.dispatch(inputs)
@@ -195,13 +246,33 @@ class ModelRunner:
             seqs = [output.scheduled[r].seq for r in inputs.sampling_rows]
             params = [seq.sampling_params for seq in seqs]
             generators = [self._generator(seq) for seq in seqs]
-            tokens = self.sampler(logits, params, generators).tolist()
-            for row, token in zip(inputs.sampling_rows, tokens):
-                sampled[row] = token
+            sampled_ids = self.sampler(logits, params, generators)
+            self._prev_sampled = sampled_ids
+            self._prev_sample_row = {seq.seq_id: i for i, seq in enumerate(seqs)}
+            if non_blocking:
+                handle = self._copy_out(sampled_ids, inputs.sampling_rows, output.num_reqs)
+            else:
+                for row, token in zip(inputs.sampling_rows, sampled_ids.tolist()):
+                    sampled[row] = token
+        elif non_blocking:
+            handle = SampledTokens(None, None, [], output.num_reqs)
         self.last_step = self._record(output, inputs, padded, runtime_mode, time.perf_counter() - start,
                                       forward_seconds)
-        return sampled
+        return handle if non_blocking else sampled
     # ANCHOR_END: execute_model
+
+    # ANCHOR: copy_out
+    def _copy_out(self, sampled_ids: torch.Tensor, rows: list[int], num_rows: int) -> "SampledTokens":
+        """Start the copy of the sampled ids to the host; an event marks its end."""
+        host = self._sampled_host[self._sampled_host_index][: len(rows)]
+        self._sampled_host_index ^= 1  # the other buffer may still be waited on
+        host.copy_(sampled_ids, non_blocking=True)
+        event = None
+        if self.device.type == "cuda":
+            event = torch.cuda.Event()
+            event.record()
+        return SampledTokens(host, event, rows, num_rows)
+    # ANCHOR_END: copy_out
 
     # -- Phase 05: capture ------------------------------------------------------------
 

@@ -74,7 +74,10 @@ class Scheduler:
         self._running: list[Sequence] = []  # admission order: the last one is the next victim
         self._failed: list[Sequence] = []  # failed since the last schedule(), not yet reported
         self._live_ids: set[Hashable] = set()
-        self._in_flight: SchedulerOutput | None = None
+        # Steps scheduled but not yet updated, oldest first: at most one here; the
+        # async scheduler (mini_vllm/engine/async_scheduler.py) allows two.
+        self._in_flight: deque[SchedulerOutput] = deque()
+        self.max_steps_in_flight = 1
         self._step = 0
         self._arrivals = 0
         self.num_preemptions = 0  # over the scheduler's lifetime
@@ -143,9 +146,9 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         """Decide this step's batch (see the module docstring for the policy)."""
-        if self._in_flight is not None:
+        if len(self._in_flight) >= self.max_steps_in_flight:
             raise RuntimeError(
-                f"step {self._in_flight.step} is still in flight: call update_from_output() "
+                f"step {self._in_flight[0].step} is still in flight: call update_from_output() "
                 "with its sampled tokens before scheduling the next step"
             )
         budget = self.config.max_num_batched_tokens
@@ -157,6 +160,9 @@ class Scheduler:
         index = 0
         while index < len(self._running) and budget > 0:
             seq = self._running[index]
+            if not self._may_schedule(seq):
+                index += 1
+                continue
             num_new = min(seq.num_new_tokens, budget)
             if not self._make_room(seq, num_new, preempted):
                 break  # seq preempted itself: nobody after it is left running
@@ -176,6 +182,8 @@ class Scheduler:
             and len(self._running) < self.config.max_num_seqs
         ):
             seq = self._waiting[0]
+            if not self._may_schedule(seq):
+                break
             num_cached = self.block_manager.num_cached_tokens(seq)
             num_new = seq.num_tokens - num_cached
             if num_new > budget:
@@ -195,14 +203,23 @@ class Scheduler:
 
         failed, self._failed = tuple(self._failed), []
         output = SchedulerOutput(
-            step=self._step,
+            step=self._step + len(self._in_flight),
             scheduled=tuple(rows),
             block_size=self.block_manager.block_size,
             preempted_ids=tuple(s.seq_id for s in preempted if not s.is_finished),
             failed=failed + tuple(s for s in preempted if s.is_finished),
         )
-        self._in_flight = output
+        self._in_flight.append(output)
+        self._after_schedule(output)
         return output
+
+    # Hooks for the async scheduler (mini_vllm/engine/async_scheduler.py); here every
+    # request may run and nothing happens until update_from_output brings the tokens.
+    def _may_schedule(self, seq: Sequence) -> bool:
+        return True
+
+    def _after_schedule(self, output: SchedulerOutput) -> None:
+        pass
 
     # ANCHOR: make_room
     def _make_room(self, seq: Sequence, num_new_tokens: int, preempted: list[Sequence]) -> bool:
@@ -244,7 +261,7 @@ class Scheduler:
         """Apply one step's result. `sampled_token_ids` has one entry per row of
         `output.scheduled`, in order; rows with samples_token False are ignored (None
         is fine there). Returns the requests that finished, failures included."""
-        if output is not self._in_flight:
+        if not self._in_flight or output is not self._in_flight[0]:
             raise RuntimeError("this SchedulerOutput is not the step in flight; pass the one schedule() returned last")
         if len(sampled_token_ids) != len(output.scheduled):
             raise ValueError(
@@ -255,9 +272,11 @@ class Scheduler:
             if row.samples_token and token is None:
                 raise ValueError(f"request {row.seq_id!r} reached its last token this step but no token was sampled")
             tokens.append(as_token_id(token) if row.samples_token else None)
-        self._in_flight = None
+        self._in_flight.popleft()
         self._step += 1
+        return self._apply_output(output, tokens)
 
+    def _apply_output(self, output: SchedulerOutput, tokens: list[int | None]) -> list[Sequence]:
         finished = list(output.failed)
         for row, token in zip(output.scheduled, tokens):
             seq = row.seq
@@ -266,24 +285,28 @@ class Scheduler:
             if token is None:
                 continue  # a prefill chunk short of the end: its logits predict nothing
             seq.append_token(token)
-            reason = self._stop_reason(seq, token)
-            if reason is not None:
-                self.block_manager.free(seq)
-                self._running.remove(seq)
-                self._live_ids.discard(seq.seq_id)
-                seq.finish(reason)
-                finished.append(seq)
+            self._finish_if_stopped(seq, token, finished)
         return finished
+
+    def _finish_if_stopped(self, seq: Sequence, token: int, finished: list[Sequence]) -> None:
+        reason = self._stop_reason(seq, token)
+        if reason is not None:
+            self.block_manager.free(seq)
+            self._running.remove(seq)
+            self._live_ids.discard(seq.seq_id)
+            seq.finish(reason)
+            finished.append(seq)
     # ANCHOR_END: update_from_output
 
     # ANCHOR: stop_reason
     def _stop_reason(self, seq: Sequence, token: int) -> FinishReason | None:
         # EOS first, then the length caps: the order of vLLM's check_stop.
+        # (Tokens still in flight under async scheduling do not count yet.)
         if token in self.eos_token_ids and not seq.sampling_params.ignore_eos:
             return FinishReason.STOP
-        if seq.num_output_tokens >= seq.sampling_params.max_tokens:
+        if seq.num_output_tokens - seq.num_output_placeholders >= seq.sampling_params.max_tokens:
             return FinishReason.LENGTH
-        if seq.num_tokens >= self.config.max_model_len:
+        if seq.num_tokens - seq.num_output_placeholders >= self.config.max_model_len:
             return FinishReason.LENGTH
         return None
     # ANCHOR_END: stop_reason

@@ -24,7 +24,11 @@ from typing import Hashable, Iterable
 
 from mini_vllm.sampling_params import SamplingParams
 
-__all__ = ["FinishReason", "Sequence", "SequenceStatus"]
+__all__ = ["FinishReason", "PLACEHOLDER", "Sequence", "SequenceStatus"]
+
+# The token id of a place reserved for a token not sampled yet (async scheduling). Never
+# a real id: the runner feeds that row from the previous step's samples on the device.
+PLACEHOLDER = -1
 
 
 class SequenceStatus(enum.Enum):
@@ -85,6 +89,9 @@ class Sequence:
         self.block_table: list[int] = []  # physical KV block ids, in token order
         self.arrival: int | None = None
         self.num_preemptions = 0
+        # Async scheduling (mini_vllm/engine/async_scheduler.py): tokens sampled by a
+        # step still on the device, held at the end of the token list as PLACEHOLDER.
+        self.num_output_placeholders = 0
 
     # -- token counts -------------------------------------------------------------
 
@@ -151,10 +158,31 @@ class Sequence:
             )
         self._token_ids.append(as_token_id(token_id))
 
+    # ANCHOR: placeholders
+    def append_placeholder(self) -> None:
+        """Reserve the place of a token that a step in flight will sample."""
+        self._token_ids.append(PLACEHOLDER)
+        self.num_output_placeholders += 1
+
+    def resolve_placeholder(self, token_id: int) -> None:
+        """The oldest placeholder's token has arrived: write it in its place."""
+        if self.num_output_placeholders == 0:
+            raise RuntimeError(f"request {self.seq_id!r} has no token in flight to resolve")
+        self._token_ids[len(self._token_ids) - self.num_output_placeholders] = as_token_id(token_id)
+        self.num_output_placeholders -= 1
+
+    def drop_placeholders(self) -> None:
+        """Forget the tokens still in flight (the request stopped before them)."""
+        if self.num_output_placeholders:
+            del self._token_ids[-self.num_output_placeholders:]
+            self.num_output_placeholders = 0
+    # ANCHOR_END: placeholders
+
     def finish(self, reason: FinishReason, error: str | None = None) -> None:
         """Mark the request done. The caller (the scheduler) frees its blocks first."""
         if (reason is FinishReason.ERROR) != (error is not None):
             raise ValueError("an error message goes with FinishReason.ERROR, and only with it")
+        self.drop_placeholders()  # tokens in flight for it will be thrown away
         self.status = SequenceStatus.FINISHED
         self.finish_reason = reason
         self.error = error
