@@ -252,7 +252,7 @@ def format_markdown(result: DecodeBenchResult, command: str, when: date | None =
             "  product streams faster, and each product of a decode step is split over the cores",
             "  by its input dimension (one slice each, partial sums added: mini_vllm/layers/linear.py),",
             "  because one core cannot pull the memory bandwidth that two can;",
-            "- RMSNorm in four cheap ATen ops (a `vector_norm` reduction; `F.rms_norm` on CPU runs about ten);",
+            "- RMSNorm as one ATen op (`F.rms_norm`) instead of six;",
         ]
     lines += [
         "- logits for the sampled row only; `torch.inference_mode`; a preallocated contiguous",

@@ -13,6 +13,7 @@ fused kernel can do both in one pass over memory).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from mini_vllm.layers.rmsnorm_triton import triton_rmsnorm, triton_rmsnorm_available
@@ -27,8 +28,6 @@ class RMSNorm(nn.Module):
         self.hidden_size = hidden_size
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(hidden_size), requires_grad=False)
-        # eps as a tensor, for the CPU path's one fused multiply-add (not in state_dict).
-        self.register_buffer("_eps_tensor", torch.tensor([eps]), persistent=False)
 
     # ANCHOR: rmsnorm
     def forward(
@@ -46,7 +45,9 @@ class RMSNorm(nn.Module):
             x = x + residual
             residual = x
         if not compiler_is_tracing() and x.device.type == "cpu" and x.dtype == torch.float32:
-            out = self._forward_cpu(x)  # eager float32 on CPU: the same formula, fewer kernels
+            # One ATen op, half the time of the spelled-out version at batch 1 (vLLM:
+            # forward_cpu). Same arithmetic in float32; compilers get the version below.
+            out = F.rms_norm(x, (self.hidden_size,), self.weight, self.eps)
         else:
             # Statistics in float32 even for bf16 activations: the mean of hundreds of
             # squares loses too much in 8 mantissa bits. The weight is applied after the
@@ -56,21 +57,6 @@ class RMSNorm(nn.Module):
             out = (xf * torch.rsqrt(variance + self.eps)).to(x.dtype) * self.weight
         return out if residual is None else (out, residual)
     # ANCHOR_END: rmsnorm
-
-    # ANCHOR: rmsnorm_cpu
-    def _forward_cpu(self, x: torch.Tensor) -> torch.Tensor:
-        """float32 on CPU, eagerly: the same arithmetic in four cheap ATen ops.
-
-        At batch 1 every op costs microseconds of dispatch whatever its size, so what
-        counts is the kernels an op launches, not the ops on the page: `F.rms_norm` on CPU
-        is a composite of about ten (casts, pow, mean, rsqrt, two multiplies; measured
-        15-30 us on the course VM), these four take 8-10 us. mean(x^2) is ||x||^2 / d, and
-        `vector_norm` is one reduction kernel.
-        """
-        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-        inv_rms = torch.addcmul(self._eps_tensor, norm, norm, value=1.0 / self.hidden_size).rsqrt_()
-        return torch.mul(x, inv_rms).mul_(self.weight)
-    # ANCHOR_END: rmsnorm_cpu
 
     def extra_repr(self) -> str:
         return f"{self.hidden_size}, eps={self.eps}"
