@@ -30,7 +30,8 @@ fuses the sum into the code after it.
 Choosing the layout at allocation time lets the loaders write straight into it, in
 one pass (vLLM repacks CPU weights after loading instead, in
 vllm/model_executor/layers/utils.py `dispatch_cpu_unquantized_gemm`). On GPUs every
-weight stays row-major and every product is `F.linear`.
+weight stays row-major; one-row products (batch-1 decode) take a Triton GEMV
+(mini_vllm/layers/triton_gemv.py), all others `F.linear`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mini_vllm.layers.tracing import compiler_is_tracing, fx_symbolic_tracing
+from mini_vllm.layers.triton_gemv import triton_gemv, triton_gemv_available
 
 __all__ = ["LinearBase", "MergedColumnLinear", "QKVLinear", "ReplicatedLinear", "cpu_gemv_layout", "dispatch_linear",
            "new_weight", "split_k_linear", "weight_slices"]
@@ -125,6 +127,14 @@ def dispatch_linear(x: torch.Tensor, weight: torch.Tensor, cache: dict | None = 
                         cache.clear()
                         cache[key] = slices
                 return split_k_linear(x, slices)
+    elif not fx_symbolic_tracing() and triton_gemv_available(x, weight):
+        # CUDA: one-row products take a Triton GEMV (mini_vllm/layers/triton_gemv.py).
+        # A compiled graph serves every token count, so there the choice is made when
+        # it runs, inside an opaque op; eagerly (and while a graph is captured) here.
+        if torch.compiler.is_compiling():
+            return torch.ops.mini_vllm.linear(x, weight)
+        if x.shape[0] == 1:
+            return triton_gemv(x, weight)
     return F.linear(x, weight)
 
 

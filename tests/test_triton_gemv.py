@@ -1,0 +1,48 @@
+"""The Triton GEMV (one-row products on CUDA) equals F.linear (GPU-REQ).
+
+Tolerance: both accumulate in float32 and round once to bfloat16; only the order of
+the sum differs, which can move a result by one bfloat16 step (2^-8 relative) at a
+rounding boundary. Checked against a float32 product for a fair reference.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mini_vllm.layers.linear import dispatch_linear
+
+pytestmark = pytest.mark.gpu
+
+# SmolLM2 and Llama-3.2-1B shapes (out, in), an LM head, and sizes off every tile.
+SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536), (3072, 2048), (16384, 2048), (2048, 8192),
+          (49152, 576), (1000, 333), (7, 100)]
+
+
+@pytest.mark.parametrize("out_features, in_features", SHAPES)
+def test_gemv_matches_a_float32_product(out_features, in_features):
+    from mini_vllm.layers.triton_gemv import triton_gemv
+
+    gen = torch.Generator(device="cuda").manual_seed(out_features)
+    x = torch.randn(1, in_features, device="cuda", generator=gen).bfloat16()
+    w = (torch.randn(out_features, in_features, device="cuda", generator=gen) / in_features ** 0.5).bfloat16()
+    expected = (x.float() @ w.float().t())
+    got = triton_gemv(x, w)
+    assert got.shape == (1, out_features) and got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), expected, rtol=2 ** -7, atol=1e-3)
+    # The dispatcher takes it for one row, and F.linear (cuBLAS) for more.
+    torch.testing.assert_close(dispatch_linear(x, w).float(), got.float(), rtol=0, atol=0)
+    x4 = x.repeat(4, 1)
+    torch.testing.assert_close(dispatch_linear(x4, w).float(), expected.repeat(4, 1), rtol=2 ** -7, atol=1e-3)
+
+
+def test_linear_op_under_torch_compile_picks_at_run_time():
+    w = torch.randn(3072, 576, device="cuda").bfloat16()
+
+    def f(x):
+        return dispatch_linear(x, w) * 2
+
+    compiled = torch.compile(f, dynamic=True, fullgraph=True)
+    for rows in (1, 2, 5):
+        x = torch.randn(rows, 576, device="cuda").bfloat16()
+        torch.testing.assert_close(compiled(x).float(), f(x).float(), rtol=2 ** -7, atol=1e-2)
