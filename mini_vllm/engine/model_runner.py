@@ -10,6 +10,11 @@ Each step copies the step's inputs into the front of those buffers and runs the 
 on views of them. Eagerly, fresh tensors would do as well; the point of persistent
 buffers is Phase 05: a captured CUDA graph reads fixed addresses, so the inputs must
 always live at the same place.
+
+With async scheduling (`EngineConfig.async_scheduling`) `execute_model` returns before
+the step's tokens reach the host (`SampledTokens`, vLLM's AsyncGPUModelRunnerOutput),
+and the next step reads the tokens it was planned on from the device
+(`_fill_placeholders`).
 """
 
 from __future__ import annotations

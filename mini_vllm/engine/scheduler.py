@@ -35,7 +35,8 @@ PIECEWISE graphs or run eagerly.
 by what each row computed, appends the sampled token of the rows whose step reached
 the end of the sequence (a prefill chunk that did not reach it samples nothing),
 and finishes requests on EOS (unless `ignore_eos`), `max_tokens` or `max_model_len`,
-freeing their blocks. Every `schedule()` must be followed by its `update_from_output()`.
+freeing their blocks. Every `schedule()` must be followed by its `update_from_output()`
+(the async scheduler, mini_vllm/engine/async_scheduler.py, plans one step further ahead).
 """
 
 from __future__ import annotations
