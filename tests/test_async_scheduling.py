@@ -59,12 +59,20 @@ def test_eos_stops_throw_away_only_the_step_after():
     assert any(reason == "stop" for _, reason in sync), "no request stopped on EOS: the test checks nothing"
 
 
-def test_placeholders_are_planned_on_and_resolved_in_order():
-    bm = BlockManager(num_blocks=16, block_size=4)
+def async_scheduler(num_blocks=16, max_tokens=(10,)):
+    """An AsyncScheduler over 4-token blocks with one request per max_tokens entry (EOS id 2)."""
+    bm = BlockManager(num_blocks=num_blocks, block_size=4)
     scheduler = AsyncScheduler(SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=64),
                                bm, eos_token_id=2)
-    seq = Sequence("a", [5, 6, 7], SamplingParams(temperature=0, max_tokens=3))
-    scheduler.add_request(seq)
+    seqs = [Sequence(name, [5 + i, 6, 7], SamplingParams(temperature=0, max_tokens=n))
+            for i, (name, n) in enumerate(zip("ab", max_tokens))]
+    for seq in seqs:
+        scheduler.add_request(seq)
+    return scheduler, bm, seqs
+
+
+def test_placeholders_are_planned_on_and_resolved_in_order():
+    scheduler, bm, (seq,) = async_scheduler(max_tokens=(3,))
     step0 = scheduler.schedule()  # prefill
     assert seq.token_ids == (5, 6, 7, PLACEHOLDER) and seq.num_computed_tokens == 3
     step1 = scheduler.schedule()  # planned before step 0's token is known
@@ -88,11 +96,7 @@ def test_placeholders_are_planned_on_and_resolved_in_order():
 
 
 def test_eos_drops_the_token_in_flight():
-    bm = BlockManager(num_blocks=16, block_size=4)
-    scheduler = AsyncScheduler(SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=64),
-                               bm, eos_token_id=2)
-    seq = Sequence("a", [5, 6, 7], SamplingParams(temperature=0, max_tokens=10))
-    scheduler.add_request(seq)
+    scheduler, bm, (seq,) = async_scheduler()
     step0 = scheduler.schedule()
     step1 = scheduler.schedule()
     assert scheduler.update_from_output(step0, [2]) == [seq]  # EOS
@@ -101,6 +105,22 @@ def test_eos_drops_the_token_in_flight():
     assert scheduler.update_from_output(step1, [4]) == []  # step 1's token is thrown away
     assert seq.output_token_ids == (2,)
     assert not scheduler.has_unfinished_requests()
+
+
+def test_a_request_preempted_with_a_token_in_flight_can_still_stop():
+    # Two 3-token prompts fill one 4-token block each; the cache has two blocks.
+    scheduler, bm, (a, b) = async_scheduler(num_blocks=2, max_tokens=(10, 10))
+    step0 = scheduler.schedule()  # both prefill
+    step1 = scheduler.schedule()  # both decode their placeholder (position 3: no new block)
+    assert scheduler.update_from_output(step0, [11, 12]) == []
+    step2 = scheduler.schedule()  # a's next position needs a block: b, the newest, is preempted
+    assert step2.preempted_ids == ("b",) and b.num_computed_tokens == 0
+    assert b.token_ids == (6, 6, 7, 12, PLACEHOLDER)  # its step-1 token is still in flight
+    assert scheduler.update_from_output(step1, [13, 2]) == [b]  # ... and it is EOS
+    assert b.finish_reason.value == "stop" and b.output_token_ids == (12, 2)
+    assert scheduler.num_waiting == 0 and scheduler.num_running == 1
+    assert scheduler.update_from_output(step2, [14]) == []
+    assert a.output_token_ids == (11, 13, 14)
 
 
 GRAPHS = dict(cudagraph_mode="full_and_piecewise", cudagraph_capture_sizes=[1, 2, 4, 8])
