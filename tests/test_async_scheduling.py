@@ -49,6 +49,18 @@ def test_async_scheduling_gives_the_same_tokens(engine_kwargs):
         assert llm.stats.num_preemptions > 0
 
 
+def test_a_prompt_as_long_as_the_context_still_runs():
+    # 128 tokens with max_model_len 128, prefilled in chunks of 32: it computes, samples
+    # one token and stops on length, as with synchronous scheduling.
+    long_prompt = [[3 + i % 200 for i in range(128)], [5, 6, 7]]
+    params = SamplingParams(temperature=0, max_tokens=8)
+    results = []
+    for async_scheduling in (False, True):
+        llm = LLM("tiny", max_model_len=128, max_num_batched_tokens=32, async_scheduling=async_scheduling)
+        results.append([(o.token_ids, o.finish_reason) for o in llm.generate(long_prompt, params, use_tqdm=False)])
+    assert results[0] == results[1] and results[0][0][1] == "length" and len(results[0][0][0]) == 1
+
+
 def test_eos_stops_throw_away_only_the_step_after():
     # The tiny model's EOS id is 2; a model that often samples it needs a sampler that
     # does: seeded random sampling at high temperature gives some early stops.

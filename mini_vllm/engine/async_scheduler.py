@@ -47,6 +47,8 @@ class AsyncScheduler(Scheduler):
         if seq.status is SequenceStatus.WAITING:
             # (Re)admission hashes and recomputes the tokens: they must all be real.
             return seq.num_output_placeholders == 0
+        if seq.num_output_placeholders == 0:
+            return True  # nothing in flight: the synchronous rules hold
         # Tokens in flight already reach a length cap: the request ends when they land.
         params = seq.sampling_params
         return seq.num_output_tokens < params.max_tokens and seq.num_tokens < self.config.max_model_len
