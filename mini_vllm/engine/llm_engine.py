@@ -71,6 +71,7 @@ class LLMEngine:
         if self.config.async_scheduling:
             return self._step_async()
         output = self.scheduler.schedule()
+        self._check_progress(output)
         sampled = self.runner.execute_model(output) if not output.is_empty else []
         finished = self.scheduler.update_from_output(output, sampled)
         return self._after_step(output, finished)
@@ -84,6 +85,7 @@ class LLMEngine:
         `EngineCore.step_with_batch_queue` keeps the same one-step lag.
         """
         output = self.scheduler.schedule()  # may plan on placeholders of the step in flight
+        self._check_progress(output)
         launched = self.runner.execute_model(output, non_blocking=True) if not output.is_empty else None
         finished: list[Sequence] = []
         if self._in_flight is not None:
@@ -96,6 +98,16 @@ class LLMEngine:
             self._in_flight = None
         return self._after_step(output, finished)
     # ANCHOR_END: engine_step_async
+
+    def _check_progress(self, output: SchedulerOutput) -> None:
+        """An empty step with requests left and no step in flight would repeat for ever."""
+        launched = self._in_flight is not None and self._in_flight[1] is not None
+        if output.is_empty and not output.failed and not launched and self.scheduler.has_unfinished_requests():
+            raise RuntimeError(
+                f"the scheduler planned nothing although {self.scheduler.num_waiting} request(s) wait and "
+                f"{self.scheduler.num_running} run, and no step is in flight: the engine would loop for ever "
+                "(a scheduler bug; please report it with the engine's configuration)"
+            )
 
     def _after_step(self, output: SchedulerOutput, finished: list[Sequence]) -> list[Sequence]:
         if not output.is_empty:
