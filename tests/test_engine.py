@@ -131,3 +131,11 @@ def test_real_smollm2_batched_with_preemption_equals_each_prompt_alone(smollm2):
     assert [o.token_ids for o in outputs] == expected
     assert [o.prompt_token_ids for o in outputs] == prompts
     assert llm.engine.block_manager.num_free_blocks == 16
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_an_engine_that_cannot_progress_says_so_instead_of_looping(async_scheduling):
+    llm = LLM("tiny", max_model_len=64, async_scheduling=async_scheduling)
+    llm.engine.scheduler._may_schedule = lambda seq: False  # a scheduler that never plans anything
+    with pytest.raises(RuntimeError, match="planned nothing"):
+        llm.generate([[5, 6, 7]], GREEDY, use_tqdm=False)
