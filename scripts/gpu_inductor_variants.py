@@ -6,7 +6,7 @@ one step of the base variant (where the GPU time goes).
 import sys
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from gpu_step_profile import kernel_table  # this script runs from scripts/, beside it
 
 import mini_vllm.compilation.piecewise_backend as pb
 from mini_vllm.bench.decode_graphs import _engine_for, _measure_batch
@@ -34,12 +34,7 @@ for name in models:
             engine.add_request(list(range(3, 131)), SamplingParams(temperature=0, max_tokens=60, ignore_eos=True))
             for _ in range(10):
                 engine.step()
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(10):
-                    engine.step()
-                torch.cuda.synchronize()
-            print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=60))
+            print(kernel_table(engine, rows=14))
             while engine.has_unfinished_requests():
                 engine.step()
         del engine

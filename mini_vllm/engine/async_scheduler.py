@@ -79,16 +79,3 @@ class AsyncScheduler(Scheduler):
             self._finish_if_stopped(seq, token, finished)
         return finished
     # ANCHOR_END: async_apply_output
-
-    def _finish_if_stopped(self, seq: Sequence, token: int, finished: list[Sequence]) -> None:
-        reason = self._stop_reason(seq, token)
-        if reason is None:
-            return
-        if seq.status is SequenceStatus.WAITING:  # preempted after this step was planned
-            self._waiting.remove(seq)
-        else:
-            self.block_manager.free(seq)
-            self._running.remove(seq)
-        self._live_ids.discard(seq.seq_id)
-        seq.finish(reason)
-        finished.append(seq)

@@ -51,7 +51,7 @@ class LLMEngine:
         self.stats = EngineStats()
         self._next_id = 0
         # Async scheduling: the step launched last, whose tokens have not been read yet.
-        self._in_flight: tuple[SchedulerOutput, SampledTokens | None] | None = None
+        self._in_flight: tuple[SchedulerOutput, SampledTokens] | None = None
 
     def add_request(self, prompt_token_ids: Iterable[int], params: SamplingParams) -> Sequence:
         """Queue a request. One the engine can never serve (longer than max_model_len, or
@@ -90,19 +90,19 @@ class LLMEngine:
         finished: list[Sequence] = []
         if self._in_flight is not None:
             previous, tokens = self._in_flight
-            sampled = tokens.get() if tokens is not None else []  # waits for that step only
-            finished = self.scheduler.update_from_output(previous, sampled)
-        self._in_flight = (output, launched)
-        if not output.scheduled and not output.failed and not self.scheduler.has_unfinished_requests():
-            self.scheduler.update_from_output(output, [])  # nothing was launched: close the empty step
+            finished = self.scheduler.update_from_output(previous, tokens.get())  # waits for that step only
+        if launched is None:  # nothing to wait for: close the step at once
+            finished += self.scheduler.update_from_output(output, [])
             self._in_flight = None
+        else:
+            self._in_flight = (output, launched)
         return self._after_step(output, finished)
     # ANCHOR_END: engine_step_async
 
     def _check_progress(self, output: SchedulerOutput) -> None:
         """An empty step with requests left and no step in flight would repeat for ever."""
-        launched = self._in_flight is not None and self._in_flight[1] is not None
-        if output.is_empty and not output.failed and not launched and self.scheduler.has_unfinished_requests():
+        if output.is_empty and not output.failed and self._in_flight is None \
+                and self.scheduler.has_unfinished_requests():
             raise RuntimeError(
                 f"the scheduler planned nothing although {self.scheduler.num_waiting} request(s) wait and "
                 f"{self.scheduler.num_running} run, and no step is in flight: the engine would loop for ever "

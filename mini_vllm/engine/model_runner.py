@@ -252,9 +252,10 @@ class ModelRunner:
             params = [seq.sampling_params for seq in seqs]
             generators = [self._generator(seq) for seq in seqs]
             sampled_ids = self.sampler(logits, params, generators)
-            self._prev_sampled = sampled_ids
-            self._prev_sample_row = {seq.seq_id: i for i, seq in enumerate(seqs)}
             if non_blocking:
+                # The next step may be planned on these before they reach the host.
+                self._prev_sampled = sampled_ids
+                self._prev_sample_row = {seq.seq_id: i for i, seq in enumerate(seqs)}
                 handle = self._copy_out(sampled_ids, inputs.sampling_rows, output.num_reqs)
             else:
                 for row, token in zip(inputs.sampling_rows, sampled_ids.tolist()):

@@ -291,12 +291,18 @@ class Scheduler:
 
     def _finish_if_stopped(self, seq: Sequence, token: int, finished: list[Sequence]) -> None:
         reason = self._stop_reason(seq, token)
-        if reason is not None:
+        if reason is None:
+            return
+        if seq.status is SequenceStatus.WAITING:
+            # Preempted after its step was planned (only the async scheduler plans ahead):
+            # it holds no blocks.
+            self._waiting.remove(seq)
+        else:
             self.block_manager.free(seq)
             self._running.remove(seq)
-            self._live_ids.discard(seq.seq_id)
-            seq.finish(reason)
-            finished.append(seq)
+        self._live_ids.discard(seq.seq_id)
+        seq.finish(reason)
+        finished.append(seq)
     # ANCHOR_END: update_from_output
 
     # ANCHOR: stop_reason
