@@ -192,3 +192,23 @@ def test_second_start_compiles_faster_from_the_cache(tmp_path):
     assert "first start: cold cache" in cold_out and "previous start" in warm_out
     assert warm < cold
     assert (tmp_path / "cache" / "inductor").is_dir() and list((tmp_path / "cache" / "compile").glob("*.json"))
+
+
+def test_an_engine_without_compilation_runs_a_model_another_engine_compiled_as_written():
+    # Benchmarks build one engine per mode on one shared model; a compiled mode must not
+    # leave its compiled forward behind for the eager modes after it.
+    from mini_vllm.engine.engine_config import EngineConfig
+    from mini_vllm.engine.llm_engine import LLMEngine
+
+    compiled = make("cpu", compilation_mode="vllm_compile", cudagraph_mode="none")
+    expected = [o.token_ids for o in compiled.generate(prompts(2), GREEDY, use_tqdm=False)]
+    model = compiled.engine.model
+    assert "_compile_wrapper" in model.model.__dict__
+    eager = LLMEngine(EngineConfig(model="(shared)", device="cpu", dtype="float32", max_num_seqs=4,
+                                   max_model_len=64), model, capture_progress=False)
+    assert "_compile_wrapper" not in model.model.__dict__
+    assert not any(getattr(m, "use_custom_op", False) for m in model.modules())
+    seqs = [eager.add_request(prompt, GREEDY) for prompt in prompts(2)]
+    while eager.has_unfinished_requests():
+        eager.step()
+    assert [list(seq.output_token_ids) for seq in seqs] == expected

@@ -46,6 +46,11 @@ MODES = {
     "full+async": dict(cudagraph_mode="full_decode_only", async_scheduling=True),
     "compile+full+async": dict(cudagraph_mode="full_decode_only", compilation_mode="vllm_compile",
                                async_scheduling=True),
+    # The compiled modes without the fusion pass (which is on by default on CUDA): its own share.
+    "compile-nofusion+full": dict(cudagraph_mode="full_decode_only", compilation_mode="vllm_compile",
+                                  enable_fusion=False),
+    "compile-nofusion+full+async": dict(cudagraph_mode="full_decode_only", compilation_mode="vllm_compile",
+                                        async_scheduling=True, enable_fusion=False),
 }
 
 

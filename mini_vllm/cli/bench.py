@@ -36,7 +36,7 @@ def _add_decode(subparsers) -> None:
     g.add_argument("--modes", default=None,
                    help="comma-separated modes among eager, full, piecewise, full_and_piecewise, compile, compile+full, "
                         "compile+piecewise, compile+full_and_piecewise, full+async, compile+full+async (+async: "
-                        "async scheduling); switches to the engine benchmark "
+                        "async scheduling), compile-nofusion+full[+async] (without the fusion pass); switches to the engine benchmark "
                         "(default model there: smollm2-135m, random weights)")
     g.add_argument("--batch-sizes", default="1,2,4,8,16,32,64", help="comma-separated (default: %(default)s)")
     g.add_argument("--context-len", type=int, default=128, help="prompt tokens before decoding (default: %(default)s)")

@@ -41,6 +41,7 @@ class GraphForward:
     _split_items: list[SplitItem] = field(default_factory=list)
     compile_stats: CompileStats | None = None  # set when the model is compiled
     compiler: TorchCompileWrapper | None = None
+    fusion: bool = False  # the fusion pass runs on the compiled graph
 
     # With torch.compile the pieces only exist once Dynamo has traced the model, so
     # they are read from the compile statistics rather than fixed at build time.
@@ -95,22 +96,28 @@ def build_graph_forward(
     pool: Any = None,
     debug: bool = False,
     compilation_mode: CompilationMode = CompilationMode.NONE,
+    fusion: bool | None = None,
 ) -> GraphForward:
     """Wrap `model` (a module whose forward takes input_ids and positions) for `mode`.
 
     Without compilation the pieces come from torch.fx (attention kept opaque); with
     VLLM_COMPILE they come from Dynamo's trace, split and compiled by the piecewise
     backend at the first call; with the other compile levels there are no pieces.
+    `fusion` (VLLM_COMPILE only) runs mini_vllm/compilation/fusion.py; None: on for CUDA,
+    where its fused kernels exist.
     """
     counters = GraphCounters()
     result = GraphForward(model, counters)
     forward: Callable[..., Any] = model
+    TorchCompileWrapper.detach(model)  # whatever an earlier engine attached to this model
     if compilation_mode is not CompilationMode.NONE:
         stats = CompileStats()
         piece_backend = None
         if compilation_mode is CompilationMode.VLLM_COMPILE:
+            result.fusion = backend.name == "cuda" if fusion is None else fusion
             piece_backend = PiecewiseCompileBackend(
                 backend, pool, counters, piecewise_graphs=mode.requires_piecewise_compilation(), stats=stats,
+                fusion=result.fusion,
             )
         result.compiler = TorchCompileWrapper.attach(model, compilation_mode, piece_backend, stats)
         result.compile_stats = stats

@@ -41,11 +41,13 @@ class CompileReport:
     dynamo_graphs: int
     compiled_pieces: int
     cache_dir: str
+    fused_pairs: int = 0
 
     def line(self) -> str:
         before = f"; previous start {self.previous_seconds:.1f} s" if self.previous_seconds is not None else \
             " (first start: cold cache)"
-        return (f"compiled at {self.mode} in {self.seconds:.1f} s, {self.compiled_pieces} piece(s), "
+        fused = f", {self.fused_pairs} norm/activation+product pair(s) fused" if self.fused_pairs else ""
+        return (f"compiled at {self.mode} in {self.seconds:.1f} s, {self.compiled_pieces} piece(s){fused}, "
                 f"{self.dynamo_graphs} Dynamo graph(s){before}; cache {self.cache_dir}")
 
 
@@ -72,10 +74,10 @@ def inductor_cache_dir() -> str:
     return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
-def _record_path(model_config, mode: CompilationMode, device: torch.device) -> Path:
+def _record_path(model_config, mode: CompilationMode, device: torch.device, fusion: bool) -> Path:
     key_source = json.dumps(
         {"model": {k: v for k, v in vars(model_config).items() if k != "name"}, "mode": mode.name,
-         "device": device.type, "torch": torch.__version__},
+         "device": device.type, "torch": torch.__version__, "fusion": fusion},
         sort_keys=True, default=str,
     )
     key = hashlib.sha256(key_source.encode()).hexdigest()[:16]
@@ -84,10 +86,10 @@ def _record_path(model_config, mode: CompilationMode, device: torch.device) -> P
 
 # ANCHOR: compile_and_record
 def compile_and_record(model_config, mode: CompilationMode, device: torch.device, stats,
-                       run_once: Callable[[], None]) -> CompileReport:
+                       run_once: Callable[[], None], fusion: bool = False) -> CompileReport:
     """Run the first (compiling) forward, time it, and compare with the previous start."""
     cache_dir = inductor_cache_dir()
-    record = _record_path(model_config, mode, device)
+    record = _record_path(model_config, mode, device, fusion)
     history = json.loads(record.read_text()) if record.exists() else []
     start = time.perf_counter()
     run_once()
@@ -96,6 +98,7 @@ def compile_and_record(model_config, mode: CompilationMode, device: torch.device
         mode=mode.name, seconds=seconds,
         previous_seconds=history[-1]["seconds"] if history else None,
         dynamo_graphs=stats.dynamo_graphs, compiled_pieces=stats.compiled_pieces, cache_dir=cache_dir,
+        fused_pairs=stats.fused_pairs,
     )
     record.parent.mkdir(parents=True, exist_ok=True)
     tmp = record.with_suffix(f".{os.getpid()}.tmp")

@@ -30,6 +30,7 @@ import torch
 
 from mini_vllm.compilation.piecewise_backend import CompileStats, inductor_compile
 from mini_vllm.config import CompilationMode
+from mini_vllm.layers.tracing import use_custom_ops
 
 __all__ = ["TorchCompileWrapper", "support_torch_compile"]
 
@@ -116,8 +117,10 @@ class TorchCompileWrapper:
         if self._compiled_code is None:
             self._mark_dynamic(args, kwargs)
             self._capturing_code = True
+            # A backend with fusion passes needs the layers' custom ops in the trace.
             try:
-                return self.compiled(*args, **kwargs)
+                with use_custom_ops(getattr(self.backend, "uses_custom_ops", False)):
+                    return self.compiled(*args, **kwargs)
             finally:
                 self._capturing_code = False
         return self.compiled(*args, **kwargs)
@@ -149,4 +152,14 @@ class TorchCompileWrapper:
         wrapper = cls(model, mode, backend, stats)
         model.__dict__["_compile_wrapper"] = wrapper
         return wrapper
+
+    @staticmethod
+    def detach(model: torch.nn.Module) -> None:
+        """Make `model` run as written again (an engine without compilation may reuse a
+        model that an earlier engine compiled: benchmarks share one model between modes)."""
+        from mini_vllm.layers.attention import attention_layers
+
+        model.__dict__.pop("_compile_wrapper", None)
+        for layer in attention_layers(model):
+            layer.use_custom_op = False
 # ANCHOR_END: compile_wrapper

@@ -43,6 +43,9 @@ class EngineConfig:
     cudagraph_capture_sizes: list[int] | None = None  # None: vLLM's default ladder
     debug_cudagraphs: bool = False  # check input addresses on every replay
     compilation_mode: CompilationMode | str | int = CompilationMode.NONE
+    # VLLM_COMPILE's fusion pass (norm / SwiGLU into the next product; vLLM: PassConfig's
+    # fusion switches). None: on for CUDA, where the fused kernels exist.
+    enable_fusion: bool | None = None
     # Plan step N+1 while the device computes step N (vLLM: --async-scheduling); see
     # mini_vllm/engine/async_scheduler.py. Tokens are the same; steps overlap.
     async_scheduling: bool = False

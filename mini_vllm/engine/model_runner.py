@@ -135,6 +135,7 @@ class ModelRunner:
             model.model, self.cudagraph_mode, self.graph_backend,
             pool=self.graph_backend.new_pool() if self.cudagraph_mode is not CUDAGraphMode.NONE else None,
             debug=config.debug_cudagraphs, compilation_mode=self.compilation_mode,
+            fusion=config.enable_fusion,
         )
         self.capture_report: CaptureReport | None = None
         self.compile_report: CompileReport | None = None
@@ -316,7 +317,8 @@ class ModelRunner:
             self.graph_backend.synchronize()
 
         self.compile_report = compile_and_record(self.model.config, self.compilation_mode, self.device,
-                                                 self.graphs.compile_stats, run_once)
+                                                 self.graphs.compile_stats, run_once,
+                                                 fusion=self.graphs.fusion)
         return self.compile_report
     # ANCHOR_END: compile_model
 

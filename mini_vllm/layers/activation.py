@@ -4,6 +4,11 @@ vLLM counterpart: vllm/model_executor/layers/activation.py (`SiluAndMul`); nano-
 nanovllm/layers/activation.py. The MLP computes gate and up projections as one
 matrix product (`gate_up_proj`), so this layer receives them side by side in one
 tensor `[..., 2 * intermediate]` and splits it.
+
+For compilation with fusion passes it is also the custom op `mini_vllm::silu_and_mul`
+(vLLM: `torch.ops._C.silu_and_mul`, csrc/activation_kernels.cu), which
+mini_vllm/compilation/fusion.py folds into the down projection after it. Where the op
+stays (more than one row), it is one Triton kernel on CUDA, as Inductor would have made.
 """
 
 from __future__ import annotations
@@ -12,12 +17,56 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["SiluAndMul"]
+from mini_vllm.layers.tracing import custom_ops_enabled
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU machines
+    triton = None
+
+__all__ = ["SiluAndMul", "silu_and_mul_native"]
+
+
+# ANCHOR: swiglu
+def silu_and_mul_native(gate_up: torch.Tensor) -> torch.Tensor:
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+# ANCHOR_END: swiglu
+
+
+if triton is not None:
+
+    @triton.jit
+    def _silu_and_mul_kernel(x_ptr, out_ptr, K, stride_x, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        mask = cols < K
+        gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
+        up = tl.load(x_ptr + row * stride_x + K + cols, mask=mask, other=0.0)
+        g = gate.to(tl.float32)
+        activated = (g * tl.sigmoid(g)).to(gate.dtype)  # rounded where torch rounds
+        tl.store(out_ptr + row * K + cols, (activated.to(tl.float32) * up.to(tl.float32)).to(gate.dtype), mask=mask)
+
+
+@torch.library.custom_op("mini_vllm::silu_and_mul", mutates_args=())
+def silu_and_mul_op(gate_up: torch.Tensor) -> torch.Tensor:
+    if triton is None or not gate_up.is_cuda or gate_up.dim() != 2 or gate_up.stride(-1) != 1:
+        return silu_and_mul_native(gate_up)
+    rows, k = gate_up.shape[0], gate_up.shape[1] // 2
+    out = gate_up.new_empty((rows, k))
+    if rows:
+        _silu_and_mul_kernel[(rows, triton.cdiv(k, 1024))](gate_up, out, k, gate_up.stride(0), BLOCK=1024)
+    return out
+
+
+@silu_and_mul_op.register_fake
+def _silu_and_mul_fake(gate_up):
+    return gate_up.new_empty((*gate_up.shape[:-1], gate_up.shape[-1] // 2))
 
 
 class SiluAndMul(nn.Module):
-    # ANCHOR: swiglu
     def forward(self, gate_up: torch.Tensor) -> torch.Tensor:
-        gate, up = gate_up.chunk(2, dim=-1)
-        return F.silu(gate) * up
-    # ANCHOR_END: swiglu
+        if custom_ops_enabled():
+            return torch.ops.mini_vllm.silu_and_mul(gate_up)  # one node for the fusion pass
+        return silu_and_mul_native(gate_up)

@@ -8,6 +8,11 @@ Llama normalises by the root mean square only (no mean subtraction, no bias). Li
 vLLM, `forward(x, residual)` first adds the residual and returns the sum as the new
 residual stream, so a decoder layer reads "add, then normalise" as one step (and a
 fused kernel can do both in one pass over memory).
+
+For compilation with fusion passes the norm is also a custom op, `mini_vllm::rms_norm`
+and `mini_vllm::fused_add_rms_norm` (vLLM: `torch.ops._C.rms_norm` and
+`fused_add_rms_norm`, the kernels of csrc/layernorm_kernels.cu): one node that the pass
+in mini_vllm/compilation/fusion.py can fold into the matrix product after it.
 """
 
 from __future__ import annotations
@@ -17,9 +22,47 @@ import torch.nn.functional as F
 from torch import nn
 
 from mini_vllm.layers.rmsnorm_triton import triton_rmsnorm, triton_rmsnorm_available
-from mini_vllm.layers.tracing import compiler_is_tracing
+from mini_vllm.layers.tracing import compiler_is_tracing, custom_ops_enabled
 
-__all__ = ["RMSNorm"]
+__all__ = ["RMSNorm", "rms_norm_native"]
+
+
+# ANCHOR: rms_norm_native
+def rms_norm_native(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # Statistics in float32 even for bf16 activations: the mean of hundreds of squares
+    # loses too much in 8 mantissa bits. The weight is applied after the cast back, in
+    # the activation dtype, exactly as transformers does.
+    xf = x.float()
+    variance = xf.pow(2).mean(-1, keepdim=True)
+    return (xf * torch.rsqrt(variance + eps)).to(x.dtype) * weight
+# ANCHOR_END: rms_norm_native
+
+
+@torch.library.custom_op("mini_vllm::rms_norm", mutates_args=())
+def rms_norm_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    if triton_rmsnorm_available(x) and x.dtype == weight.dtype:
+        return triton_rmsnorm(x, weight, eps)
+    return rms_norm_native(x, weight, eps)
+
+
+@rms_norm_op.register_fake
+def _rms_norm_fake(x, weight, eps):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("mini_vllm::fused_add_rms_norm", mutates_args=())
+def fused_add_rms_norm_op(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                          eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(RMSNorm(x + residual), x + residual)."""
+    if triton_rmsnorm_available(x) and x.dtype == weight.dtype and residual.stride(-1) == 1:
+        return triton_rmsnorm(x, weight, eps, residual)
+    summed = x + residual
+    return rms_norm_native(summed, weight, eps), summed
+
+
+@fused_add_rms_norm_op.register_fake
+def _fused_add_rms_norm_fake(x, residual, weight, eps):
+    return torch.empty_like(x), torch.empty_like(x)
 
 
 class RMSNorm(nn.Module):
@@ -33,6 +76,11 @@ class RMSNorm(nn.Module):
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        if custom_ops_enabled():
+            # Compiling with fusion passes: one opaque node the pass can find.
+            if residual is None:
+                return torch.ops.mini_vllm.rms_norm(x, self.weight, self.eps)
+            return torch.ops.mini_vllm.fused_add_rms_norm(x, residual, self.weight, self.eps)
         if (not compiler_is_tracing() and triton_rmsnorm_available(x)
                 and x.dtype == self.weight.dtype and (residual is None or residual.stride(-1) == 1)):
             # One Triton kernel instead of about nine (vLLM: forward_cuda). Not while a
@@ -49,12 +97,7 @@ class RMSNorm(nn.Module):
             # forward_cpu). Same arithmetic in float32; compilers get the version below.
             out = F.rms_norm(x, (self.hidden_size,), self.weight, self.eps)
         else:
-            # Statistics in float32 even for bf16 activations: the mean of hundreds of
-            # squares loses too much in 8 mantissa bits. The weight is applied after the
-            # cast back, in the activation dtype, exactly as transformers does.
-            xf = x.float()
-            variance = xf.pow(2).mean(-1, keepdim=True)
-            out = (xf * torch.rsqrt(variance + self.eps)).to(x.dtype) * self.weight
+            out = rms_norm_native(x, self.weight, self.eps)
         return out if residual is None else (out, residual)
     # ANCHOR_END: rmsnorm
 

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mini_vllm.layers.tracing import compiler_is_tracing, fx_symbolic_tracing
+from mini_vllm.layers.tracing import compiler_is_tracing, custom_ops_enabled, fx_symbolic_tracing
 from mini_vllm.layers.triton_gemv import triton_gemv, triton_gemv_available
 
 __all__ = ["LinearBase", "MergedColumnLinear", "QKVLinear", "ReplicatedLinear", "cpu_gemv_layout", "dispatch_linear",
@@ -106,6 +106,9 @@ def dispatch_linear(x: torch.Tensor, weight: torch.Tensor, cache: dict | None = 
     vLLM chooses its CPU product per layer too, in vllm/model_executor/layers/utils.py
     (`dispatch_cpu_unquantized_gemm`).
     """
+    if custom_ops_enabled():
+        # Compiling with fusion passes (on any device): one node the passes can match.
+        return torch.ops.mini_vllm.linear(x, weight)
     # torch.fx first: its symbolic tensors cannot be branched on, and it records one
     # plain linear (with the thread count it was traced for it would bake in the split).
     if not fx_symbolic_tracing() and x.device.type == "cpu":

@@ -20,6 +20,13 @@ Only one-row products take it (`dispatch_linear`); from two rows on, a GEMM reus
 each weight tile across rows, which a GEMV cannot. Under torch.compile the choice is
 made at run time inside the opaque op `mini_vllm::linear`, because one compiled graph
 serves every token count.
+
+Prologues. The row x is tiny next to W, so the kernel can afford to compute it from
+whatever came before instead of reading it finished: RMSNorm of x (with or without the
+residual add; program 0 then also writes the new residual) or SwiGLU's silu(gate) * up.
+That removes the norm's and the activation's own kernels, three a Llama layer. The
+compile-time fusion pass (mini_vllm/compilation/fusion.py) puts these variants in place
+through the ops of mini_vllm/layers/fused_linear.py.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ try:
 except ImportError:  # CPU machines
     triton = None
 
-__all__ = ["triton_gemv", "triton_gemv_available"]
+__all__ = ["triton_gemv", "triton_gemv_available", "triton_rms_norm_gemv", "triton_silu_and_mul_gemv"]
 
 
 def triton_gemv_available(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -55,31 +62,104 @@ if triton is not None:
     _cache_tuning = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
 
     # ANCHOR: gemv_kernel
-    @triton.autotune(configs=_configs(), key=["N", "K"], **_cache_tuning)
+    @triton.autotune(configs=_configs(), key=["N", "K", "PROLOGUE"], **_cache_tuning)
     @triton.jit
     def _gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, stride_wn,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-        rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+                     residual_ptr, norm_weight_ptr, residual_out_ptr, eps,
+                     PROLOGUE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        pid = tl.program_id(0)
+        rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         row_mask = rows < N
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        squares = tl.zeros((BLOCK_K,), dtype=tl.float32)  # the RMSNorm prologues' statistics
         for k0 in range(0, K, BLOCK_K):
             cols = k0 + tl.arange(0, BLOCK_K)
             col_mask = cols < K
-            x = tl.load(x_ptr + cols, mask=col_mask, other=0.0)
+            if PROLOGUE == 3:
+                x = _silu_and_mul_tile(x_ptr, cols, col_mask, K)
+            else:
+                x = tl.load(x_ptr + cols, mask=col_mask, other=0.0)
+            if PROLOGUE == 1 or PROLOGUE == 2:
+                x, squares = _rms_norm_tile(x, squares, residual_ptr, norm_weight_ptr, residual_out_ptr,
+                                            cols, col_mask, pid == 0, PROLOGUE == 2)
             w = tl.load(w_ptr + rows[:, None] * stride_wn + cols[None, :],
                         mask=row_mask[:, None] & col_mask[None, :], other=0.0, eviction_policy="evict_first")
             acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
         out = tl.sum(acc, axis=1)
+        if PROLOGUE == 1 or PROLOGUE == 2:
+            out = out * tl.rsqrt(tl.sum(squares, axis=0) / K + eps)  # 1 / RMS, applied last
         tl.store(out_ptr + rows, out.to(out_ptr.dtype.element_ty), mask=row_mask)
     # ANCHOR_END: gemv_kernel
+
+    # ANCHOR: gemv_prologues
+    # The prologues do, for one row and inside the product's own loop, what a norm or the
+    # activation before the product would have done in a kernel of its own. Every program
+    # redoes them: the row is a few kilobytes, read from L2, against the tens of kilobytes
+    # of W each program streams.
+    @triton.jit
+    def _rms_norm_tile(x, squares, residual_ptr, norm_weight_ptr, residual_out_ptr, cols, mask,
+                       write_residual, ADD_RESIDUAL: tl.constexpr):
+        """One tile of (x [+ residual]) * norm weight, and its squares for the statistics.
+
+        RMSNorm's 1/RMS is one number for the whole row, so it can multiply the finished
+        dot product instead of every input: sum_k W[n,k] h[k] g[k] / RMS(h). One pass
+        over the row instead of two (statistics, then product); the price is that the
+        normalised row is not rounded to the activation dtype before the product, as the
+        unfused ops round it (a difference in the last bits, within the tests' tolerance).
+        """
+        if ADD_RESIDUAL:
+            r = tl.load(residual_ptr + cols, mask=mask, other=0.0)
+            x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)  # rounded, as torch's add
+            tl.store(residual_out_ptr + cols, x, mask=mask & write_residual)  # program 0 keeps the sum
+        h = x.to(tl.float32)
+        g = tl.load(norm_weight_ptr + cols, mask=mask, other=0.0)
+        return h * g.to(tl.float32), squares + h * h
+
+    @triton.jit
+    def _silu_and_mul_tile(x_ptr, cols, mask, K):
+        """silu(gate) * up for one tile of a row laid out [gate (K) | up (K)], rounded as torch rounds."""
+        gate = tl.load(x_ptr + cols, mask=mask, other=0.0)
+        up = tl.load(x_ptr + K + cols, mask=mask, other=0.0)
+        g = gate.to(tl.float32)
+        activated = (g * tl.sigmoid(g)).to(gate.dtype)
+        return (activated.to(tl.float32) * up.to(tl.float32)).to(gate.dtype)
+    # ANCHOR_END: gemv_prologues
+
+_PLAIN, _RMS_NORM, _ADD_RMS_NORM, _SILU_AND_MUL = 0, 1, 2, 3
+
+
+def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=None, eps=0.0):
+    n, k = weight.shape
+    out = torch.empty((1, n), dtype=x.dtype, device=x.device)
+    _gemv_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
+        x, weight, out, n, k, weight.stride(0),
+        residual if residual is not None else x, norm_weight if norm_weight is not None else x,
+        residual_out if residual_out is not None else out, eps, PROLOGUE=prologue,
+    )
+    return out
 
 
 def triton_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """`F.linear(x, weight)` for x `[1, K]` and a row-major weight `[N, K]`."""
-    n, k = weight.shape
-    out = torch.empty((1, n), dtype=x.dtype, device=x.device)
-    _gemv_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](x, weight, out, n, k, weight.stride(0))
-    return out
+    return _launch(x, weight, _PLAIN)
+
+
+def triton_rms_norm_gemv(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
+                         eps: float, weight: torch.Tensor):
+    """`linear(RMSNorm(x [+ residual]), weight)` for one row, in one kernel.
+
+    Returns the product, and with a residual also the new residual `x + residual`.
+    """
+    if residual is None:
+        return _launch(x, weight, _RMS_NORM, norm_weight=norm_weight, eps=eps)
+    residual_out = torch.empty_like(x)
+    out = _launch(x, weight, _ADD_RMS_NORM, residual, norm_weight, residual_out, eps)
+    return out, residual_out
+
+
+def triton_silu_and_mul_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`linear(silu(gate) * up, weight)` for one row `x = [gate | up]`, in one kernel."""
+    return _launch(x, weight, _SILU_AND_MUL)
 
 
 # ANCHOR: linear_op

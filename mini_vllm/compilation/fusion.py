@@ -1,0 +1,105 @@
+"""A compile-time pass: fold each norm and activation into the matrix product that follows it.
+
+vLLM counterpart: vllm/compilation/fusion.py (`RMSNormQuantFusionPass`) and
+vllm/compilation/activation_quant_fusion.py (`ActivationQuantFusionPass`), run by
+vllm/compilation/pass_manager.py (`PostGradPassManager`) inside Inductor, switched by
+`PassConfig` fields. They find `rms_norm` / `fused_add_rms_norm` / `silu_and_mul`
+custom-op nodes followed by a quantisation node with Inductor's pattern matcher and
+replace each pair by one fused op.
+
+mini_vllm's pass does the same for the product itself, on the graph Dynamo traced,
+before the piecewise backend splits it (so a fused pair never straddles a piece):
+
+    getitem(fused_add_rms_norm(x, r, g, eps), 0) -> linear(., W)
+        becomes  fused_add_rms_norm_linear(x, r, g, eps, W)      (and its new residual)
+    rms_norm(x, g, eps) -> linear(., W)  becomes  rms_norm_linear(x, g, eps, W)
+    silu_and_mul(x) -> linear(., W)      becomes  silu_and_mul_linear(x, W)
+
+A pair is fused only when the product is the norm's (or activation's) only reader:
+otherwise the unfused output would still have to be computed. The ops exist in the
+graph only when the model was traced with custom ops on (mini_vllm/layers/tracing.py),
+which the compile wrapper does for a backend that runs this pass. In a Llama layer it
+fuses three pairs: input norm and qkv, post-attention norm and gate_up, SwiGLU and down.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+
+import mini_vllm.layers.fused_linear  # noqa: F401  (registers the fused ops)
+
+__all__ = ["FUSIONS", "fuse_norm_and_act_into_linear", "op_name"]
+
+# producer op -> (fused op, number of outputs of the producer)
+FUSIONS = {
+    "mini_vllm::rms_norm": ("rms_norm_linear", 1),
+    "mini_vllm::fused_add_rms_norm": ("fused_add_rms_norm_linear", 2),
+    "mini_vllm::silu_and_mul": ("silu_and_mul_linear", 1),
+}
+
+
+def op_name(node: torch.fx.Node) -> str | None:
+    """'namespace::op' of a call to a torch.ops operator (overload or packet), else None."""
+    if node.op != "call_function":
+        return None
+    target = node.target
+    name = getattr(target, "_qualified_op_name", None)  # OpOverloadPacket
+    if name is None and isinstance(target, torch._ops.OpOverload):
+        name = target._schema.name
+    return name
+
+
+def _outputs(node: torch.fx.Node, count: int) -> list[torch.fx.Node | None] | None:
+    """The nodes reading each output of `node` (getitems for a tuple), or None if unusual."""
+    if count == 1:
+        return [node]
+    outputs: list[torch.fx.Node | None] = [None] * count
+    for user in node.users:
+        if user.target is not operator.getitem or outputs[user.args[1]] is not None:
+            return None
+        outputs[user.args[1]] = user
+    return outputs
+
+
+# ANCHOR: fusion_pass
+def fuse_norm_and_act_into_linear(gm: torch.fx.GraphModule) -> int:
+    """Rewrite `gm` in place; returns the number of pairs fused."""
+    graph = gm.graph
+    position = {node: i for i, node in enumerate(graph.nodes)}
+    fused_count = 0
+    for node in list(graph.nodes):
+        fusion = FUSIONS.get(op_name(node))
+        if fusion is None:
+            continue
+        fused_name, count = fusion
+        outputs = _outputs(node, count)
+        if outputs is None or outputs[0] is None or len(outputs[0].users) != 1:
+            continue
+        product = next(iter(outputs[0].users))
+        if op_name(product) != "mini_vllm::linear" or product.args[0] is not outputs[0]:
+            continue
+        weight = product.args[1]
+        if isinstance(weight, torch.fx.Node) and position[weight] > position[node]:
+            continue  # the weight is computed later (never in our models): leave it
+        with graph.inserting_before(node):
+            fused = graph.call_function(getattr(torch.ops.mini_vllm, fused_name).default,
+                                        (*node.args, weight))
+            fused_outputs = [fused] if count == 1 else [
+                graph.call_function(operator.getitem, (fused, i)) for i in range(count)]
+        product.replace_all_uses_with(fused_outputs[0])
+        graph.erase_node(product)
+        for old, new in zip(outputs[1:], fused_outputs[1:]):
+            if old is not None:
+                old.replace_all_uses_with(new)
+        for old in reversed(outputs):
+            if old is not None and old is not node:
+                graph.erase_node(old)
+        graph.erase_node(node)
+        fused_count += 1
+    graph.lint()
+    gm.recompile()
+    return fused_count
+# ANCHOR_END: fusion_pass

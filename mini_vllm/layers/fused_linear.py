@@ -1,0 +1,79 @@
+"""A norm or an activation and the matrix product after it, as one op: what the fusion pass emits.
+
+vLLM counterpart: the fused kernels its compile-time fusion passes put in place of a
+pair of ops, e.g. `torch.ops._C.fused_add_rms_norm_static_fp8_quant` for RMSNorm then
+FP8 quantisation (vllm/compilation/fusion.py, `RMSNormQuantFusionPass`) and
+`torch.ops._C.silu_and_mul_quant` for SiluAndMul then quantisation
+(vllm/compilation/activation_quant_fusion.py). vLLM fuses into the quantisation that
+feeds a GEMM; mini_vllm has no quantisation and fuses into the product itself.
+
+Why: at batch 1 on a GPU a decode step is a chain of tiny kernels, and in a CUDA graph
+each still costs its few microseconds. An RMSNorm reads one row of a few hundred values;
+the GEMV after it reads that row too. Done inside the GEMV (a prologue, see
+mini_vllm/layers/triton_gemv.py), the norm costs no kernel of its own; same for
+SwiGLU's `silu(gate) * up` before the down projection. Three kernels fewer per layer.
+
+The fused kernel exists only for one row on CUDA; every other case runs the two ops one
+after the other, so each op is correct on every device and token count (the compiled
+graph serves them all). Outputs never alias inputs, as custom ops require.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mini_vllm.layers.activation import silu_and_mul_op
+from mini_vllm.layers.layernorm import fused_add_rms_norm_op, rms_norm_op
+from mini_vllm.layers.triton_gemv import (linear, triton_gemv_available, triton_rms_norm_gemv,
+                                          triton_silu_and_mul_gemv)
+
+__all__ = ["fused_add_rms_norm_linear", "rms_norm_linear", "silu_and_mul_linear"]
+
+
+def _one_row_gemv(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None = None) -> bool:
+    return (x.shape[0] == 1 and triton_gemv_available(x, weight)
+            and (norm_weight is None or norm_weight.dtype == x.dtype))
+
+
+# ANCHOR: fused_ops
+@torch.library.custom_op("mini_vllm::rms_norm_linear", mutates_args=())
+def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+                    weight: torch.Tensor) -> torch.Tensor:
+    """linear(RMSNorm(x), weight)."""
+    if _one_row_gemv(x, weight, norm_weight):
+        return triton_rms_norm_gemv(x, None, norm_weight, eps, weight)
+    return linear(rms_norm_op(x, norm_weight, eps), weight)
+
+
+@torch.library.custom_op("mini_vllm::fused_add_rms_norm_linear", mutates_args=())
+def fused_add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor,
+                              eps: float, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(linear(RMSNorm(x + residual), weight), x + residual)."""
+    if _one_row_gemv(x, weight, norm_weight) and residual.is_contiguous():
+        return triton_rms_norm_gemv(x, residual, norm_weight, eps, weight)
+    normed, summed = fused_add_rms_norm_op(x, residual, norm_weight, eps)
+    return linear(normed, weight), summed
+
+
+@torch.library.custom_op("mini_vllm::silu_and_mul_linear", mutates_args=())
+def silu_and_mul_linear(gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """linear(silu(gate) * up, weight) for gate_up = [gate | up]."""
+    if _one_row_gemv(gate_up, weight) and gate_up.is_contiguous():
+        return triton_silu_and_mul_gemv(gate_up, weight)
+    return linear(silu_and_mul_op(gate_up), weight)
+# ANCHOR_END: fused_ops
+
+
+@rms_norm_linear.register_fake
+def _rms_norm_linear_fake(x, norm_weight, eps, weight):
+    return x.new_empty((x.shape[0], weight.shape[0]))
+
+
+@fused_add_rms_norm_linear.register_fake
+def _fused_add_rms_norm_linear_fake(x, residual, norm_weight, eps, weight):
+    return x.new_empty((x.shape[0], weight.shape[0])), torch.empty_like(x)
+
+
+@silu_and_mul_linear.register_fake
+def _silu_and_mul_linear_fake(gate_up, weight):
+    return gate_up.new_empty((gate_up.shape[0], weight.shape[0]))
