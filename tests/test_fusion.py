@@ -40,14 +40,14 @@ def test_fused_compile_generates_what_eager_generates(fused_cpu_llm):
     llm, tokens = fused_cpu_llm
     assert tokens == [o.token_ids for o in make("cpu").generate(prompts(), GREEDY, use_tqdm=False)]
     layers = llm.engine.model.config.num_hidden_layers
-    assert f"{3 * layers} norm/activation+product pair(s) fused" in llm.engine.runner.compile_report.line()
+    assert f"{4 * layers} op pair(s) fused" in llm.engine.runner.compile_report.line()
 
 
-def test_three_pairs_a_layer_are_fused(fused_cpu_llm):
+def test_four_pairs_a_layer_are_fused(fused_cpu_llm):
     llm, _ = fused_cpu_llm
     layers = llm.engine.model.config.num_hidden_layers
     stats = llm.engine.runner.graphs.compile_stats
-    assert stats.fused_pairs == 3 * layers
+    assert stats.fused_pairs == 4 * layers
     ops = mini_vllm_ops(stats.graph.graph)
     assert ops["mini_vllm::rms_norm_linear"] == 1  # layer 0's input norm has no residual yet
     assert ops["mini_vllm::fused_add_rms_norm_linear"] == 2 * layers - 1
@@ -57,6 +57,9 @@ def test_three_pairs_a_layer_are_fused(fused_cpu_llm):
     assert ops["mini_vllm::linear"] == layers
     assert ops["mini_vllm::fused_add_rms_norm"] == 1
     assert ops["mini_vllm::rms_norm"] == 0 and ops["mini_vllm::silu_and_mul"] == 0
+    # RoPE went into attention: no rotary op and no attention on rotated inputs is left.
+    assert ops["mini_vllm::attention_with_rope"] == layers
+    assert ops["mini_vllm::rotary_embedding"] == 0 and ops["mini_vllm::attention"] == 0
     # The split still cuts at every attention: layers + 1 compiled pieces.
     assert stats.compiled_pieces == layers + 1
 
@@ -67,6 +70,16 @@ def test_without_fusion_the_model_traces_plain_torch_ops():
     stats = llm.engine.runner.graphs.compile_stats
     assert stats.fused_pairs == 0
     assert set(mini_vllm_ops(stats.graph.graph)) == {"mini_vllm::attention"}
+
+
+def test_rotary_op_is_the_layers_rotation():
+    from mini_vllm.layers.rotary_embedding import RotaryEmbedding, rotary_embedding_op
+
+    rope = RotaryEmbedding(64, 256, 10000.0)
+    positions = torch.tensor([0, 5, 77])
+    q, k = torch.randn(3, 9 * 64), torch.randn(3, 3 * 64)
+    for got, want in zip(rotary_embedding_op(positions, q, k, rope.cos_sin_cache), rope(positions, q, k)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 def _norm_then_linear_graph(second_reader: bool) -> torch.fx.GraphModule:
@@ -176,10 +189,10 @@ def test_fusion_on_cuda_keeps_the_tokens_and_removes_kernels():
         results[fusion] = (tokens, llm.engine.runner.graphs.compile_stats.fused_pairs, kernels)
     layers = llm.engine.model.config.num_hidden_layers
     assert results[True][0] == results[False][0]
-    assert results[False][1] == 0 and results[True][1] == 3 * layers
-    # Each fused pair saves the norm's or the activation's own kernel (the embedding may
-    # have shared one with the first norm before).
-    assert results[True][2] <= results[False][2] - (3 * layers - 1), (results[True][2], results[False][2])
+    assert results[False][1] == 0 and results[True][1] == 4 * layers
+    # Each fused pair saves the norm's, the activation's or RoPE's own kernel (the
+    # embedding may have shared one with the first norm before).
+    assert results[True][2] <= results[False][2] - (4 * layers - 1), (results[True][2], results[False][2])
 
 
 @pytest.mark.gpu
@@ -189,3 +202,32 @@ def test_silu_and_mul_op_on_cuda_matches_torch(rows):
 
     gate_up = (torch.randn(rows, 2 * 1536, device="cuda") * 2).bfloat16()
     torch.testing.assert_close(silu_and_mul_op(gate_up), silu_and_mul_native(gate_up), rtol=2 ** -7, atol=2 ** -7)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_splits", [1, 8])
+@pytest.mark.parametrize("num_reqs", [1, 3])
+def test_decode_kernels_rotate_like_rotating_first(num_splits, num_reqs):
+    from mini_vllm.attention.triton_decode import triton_paged_decode
+    from mini_vllm.layers.rotary_embedding import RotaryEmbedding
+
+    torch.manual_seed(num_reqs * 10 + num_splits)
+    heads, kv_heads, dim, block, blocks_per_seq = 9, 3, 64, 16, 8
+    rope = RotaryEmbedding(dim, 512, 100000.0).to("cuda")
+    kv_cache = torch.randn(2, num_reqs * blocks_per_seq + 1, block, kv_heads, dim, device="cuda").bfloat16()
+    tables = torch.arange(num_reqs * blocks_per_seq, device="cuda", dtype=torch.int64).view(num_reqs, -1)
+    seq_lens = torch.tensor([100, 37, 128][:num_reqs], device="cuda")
+    positions = seq_lens - 1
+    slots = tables.gather(1, (positions // block)[:, None]).squeeze(1) * block + positions % block
+    qkv = torch.randn(num_reqs, (heads + 2 * kv_heads) * dim, device="cuda").bfloat16()
+    q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=1)
+    cache_fused = kv_cache.clone()
+    fused = triton_paged_decode(q.view(num_reqs, heads, dim), k.view(num_reqs, kv_heads, dim),
+                                v.view(num_reqs, kv_heads, dim), cache_fused, tables, seq_lens, slots, None,
+                                num_splits=num_splits, rope=(positions, rope.cos_sin_cache))
+    q_rot, k_rot = rope(positions, q, k)
+    reference = triton_paged_decode(q_rot.reshape(num_reqs, heads, dim), k_rot.reshape(num_reqs, kv_heads, dim),
+                                    v.reshape(num_reqs, kv_heads, dim), kv_cache, tables, seq_lens, slots, None,
+                                    num_splits=num_splits)
+    torch.testing.assert_close(cache_fused, kv_cache, rtol=2 ** -7, atol=2 ** -7)  # the rotated keys stored
+    torch.testing.assert_close(fused.float(), reference.float(), rtol=2 ** -6, atol=2e-2)

@@ -30,6 +30,9 @@ class AttentionBackend(abc.ABC):
     cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
     # Whether `forward` takes `output=` (a `[T, H, D]` tensor to write into, saving a copy).
     accepts_output: ClassVar[bool] = False
+    # True: `forward(..., rope=(positions, cos_sin_cache))` takes q and k unrotated and
+    # applies neox RoPE itself (the fused `mini_vllm::attention_with_rope`).
+    accepts_rope: ClassVar[bool] = False
 
     @abc.abstractmethod
     def forward(

@@ -111,6 +111,7 @@ class PagedAttentionBackend(AttentionBackend):
     name = "paged-torch"
     cudagraph_support = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
     accepts_output = True  # the Triton decode path writes straight into the layer's buffer
+    accepts_rope = True  # the Triton decode kernels rotate q and k; other paths rotate first
 
     def __init__(self, scale: float | None = None, use_triton: bool | None = None) -> None:
         self.scale = scale  # None: 1 / sqrt(head_dim)
@@ -121,7 +122,7 @@ class PagedAttentionBackend(AttentionBackend):
             use_triton = os.environ.get("MINI_VLLM_ATTENTION", "auto") != "torch" and triton_available()
         self.use_triton = use_triton
 
-    def forward(self, q, k, v, kv_cache, metadata: PagedAttentionMetadata, output=None):
+    def forward(self, q, k, v, kv_cache, metadata: PagedAttentionMetadata, output=None, rope=None):
         if kv_cache is None:
             raise RuntimeError("the paged backend needs a KV cache tensor bound to the layer")
         slots = metadata.slot_mapping[: k.shape[0]]
@@ -129,7 +130,13 @@ class PagedAttentionBackend(AttentionBackend):
         if metadata.uniform_decode and triton_here:  # one kernel: write and attend
             num_reqs = q.shape[0]
             return triton_paged_decode(q, k, v, kv_cache, metadata.block_tables[:num_reqs],
-                                       metadata.seq_lens[:num_reqs], slots, self.scale, output)
+                                       metadata.seq_lens[:num_reqs], slots, self.scale, output, rope=rope)
+        if rope is not None:  # no kernel here rotates: do it first
+            from mini_vllm.layers.rotary_embedding import rotary_embedding_op
+
+            num_tokens = q.shape[0]
+            q_rot, k_rot = rotary_embedding_op(rope[0], q.reshape(num_tokens, -1), k.reshape(num_tokens, -1), rope[1])
+            q, k = q_rot.view(q.shape), k_rot.view(k.shape)
         if triton_here:
             triton_write_kv(kv_cache, k, v, slots)
         else:

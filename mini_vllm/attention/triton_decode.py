@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import torch
 
+from mini_vllm.layers.triton_gemv import pdl_supported
+
 try:
     import triton
     import triton.language as tl
@@ -64,13 +66,43 @@ if triton is not None:
         tl.store(value_cache_ptr + slot * ROW + offsets, value, mask=mask)
     # ANCHOR_END: write_kv_kernel
 
+    @triton.jit
+    def _wait_for_inputs(PDL: tl.constexpr):
+        # Under programmatic dependent launch (mini_vllm/layers/triton_gemv.py): let the
+        # next kernel be scheduled now (it waits for this one before reading anything),
+        # and wait for the kernel before this one before reading its outputs.
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()
+
+    # ANCHOR: rope_in_kernel
+    @triton.jit
+    def _rope_rows(positions_ptr, cos_sin_ptr, request, dims, HEAD_DIM: tl.constexpr, dtype: tl.constexpr):
+        """Rows [cos | cos] and [-sin | sin] of the request's position (RotaryEmbedding's
+        neox table, float32, rounded to the activations' dtype as the torch version
+        rounds it), and each channel's partner (i + D/2 mod D)."""
+        position = tl.load(positions_ptr + request)
+        cos = tl.load(cos_sin_ptr + position * 2 * HEAD_DIM + dims).to(dtype).to(tl.float32)
+        sin = tl.load(cos_sin_ptr + position * 2 * HEAD_DIM + HEAD_DIM + dims).to(dtype).to(tl.float32)
+        return cos, sin, (dims + HEAD_DIM // 2) % HEAD_DIM
+
+    @triton.jit
+    def _rotate(x, x_partner, cos, sin, dtype: tl.constexpr):
+        """x * [cos|cos] + roll(x, D/2) * [-sin|sin], rounded once to `dtype` (as Inductor's
+        version of RotaryEmbedding._rotate), returned in float32."""
+        return (x.to(tl.float32) * cos + x_partner.to(tl.float32) * sin).to(dtype).to(tl.float32)
+    # ANCHOR_END: rope_in_kernel
+
     # ANCHOR: paged_decode_kernel
     @triton.jit
     def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, key_cache_ptr, value_cache_ptr, out_ptr, tables_ptr,
                              seq_lens_ptr, slot_ptr, scratch_slot, stride_q_tok, stride_q_head, stride_k,
                              stride_v, stride_o_tok, stride_o_head, stride_table, scale,
+                             positions_ptr, cos_sin_ptr,
                              NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-                             BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+                             BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, ROPE: tl.constexpr = False,
+                             PDL: tl.constexpr = False):
+        _wait_for_inputs(PDL)
         request = tl.program_id(0)
         head = tl.program_id(1)
         kv_head = head // GROUP
@@ -79,6 +111,14 @@ if triton is not None:
         # The step's own key and value come from the inputs, not from the cache ...
         new_key = tl.load(k_ptr + request * stride_k + kv_head * HEAD_DIM + dims)
         new_value = tl.load(v_ptr + request * stride_v + kv_head * HEAD_DIM + dims)
+        q = tl.load(q_ptr + request * stride_q_tok + head * stride_q_head + dims).to(tl.float32)
+        if ROPE:  # rotate them here (the compile-time fusion of RoPE into attention)
+            cos, sin, partner = _rope_rows(positions_ptr, cos_sin_ptr, request, dims, HEAD_DIM,
+                                           q_ptr.dtype.element_ty)
+            q = _rotate(q, tl.load(q_ptr + request * stride_q_tok + head * stride_q_head + partner),
+                        cos, sin, q_ptr.dtype.element_ty)
+            new_key = _rotate(new_key, tl.load(k_ptr + request * stride_k + kv_head * HEAD_DIM + partner),
+                              cos, sin, q_ptr.dtype.element_ty).to(new_key.dtype)
         # ... and the first query head of each group stores them for later steps
         # (slot -1, a padded row, goes to the scratch slot).
         if head % GROUP == 0:
@@ -86,7 +126,6 @@ if triton is not None:
             slot = tl.where(slot < 0, scratch_slot, slot)
             tl.store(key_cache_ptr + slot * row + kv_head * HEAD_DIM + dims, new_key)
             tl.store(value_cache_ptr + slot * row + kv_head * HEAD_DIM + dims, new_value)
-        q = tl.load(q_ptr + request * stride_q_tok + head * stride_q_head + dims).to(tl.float32)
         # Online softmax, seeded with the new token; then the tokens already cached.
         running_max = tl.sum(q * new_key.to(tl.float32), axis=0) * scale
         running_sum = tl.zeros_like(running_max) + 1.0
@@ -118,9 +157,11 @@ if triton is not None:
     def _paged_decode_split_kernel(q_ptr, k_ptr, v_ptr, key_cache_ptr, value_cache_ptr, tables_ptr, seq_lens_ptr,
                                    slot_ptr, scratch_slot, part_acc_ptr, part_max_ptr, part_sum_ptr,
                                    stride_q_tok, stride_q_head, stride_k, stride_v, stride_table, scale,
+                                   positions_ptr, cos_sin_ptr,
                                    NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
                                    HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                                   NUM_SPLITS: tl.constexpr):
+                                   NUM_SPLITS: tl.constexpr, ROPE: tl.constexpr = False, PDL: tl.constexpr = False):
+        _wait_for_inputs(PDL)
         # One program per (request, KV head, slice of the cached tokens), for all the
         # query heads that read this KV head at once: each key is loaded once for the group.
         request = tl.program_id(0)
@@ -138,6 +179,14 @@ if triton is not None:
         first = split == 0
         new_key = tl.load(k_ptr + request * stride_k + kv_head * HEAD_DIM + dims).to(tl.float32)
         new_value = tl.load(v_ptr + request * stride_v + kv_head * HEAD_DIM + dims)
+        if ROPE:  # rotate q and the new key here (the compile-time fusion of RoPE into attention)
+            cos, sin, partner = _rope_rows(positions_ptr, cos_sin_ptr, request, dims, HEAD_DIM,
+                                           q_ptr.dtype.element_ty)
+            q_partner = tl.load(q_ptr + request * stride_q_tok + heads[:, None] * stride_q_head + partner[None, :],
+                                mask=real_head[:, None], other=0.0)
+            q = _rotate(q, q_partner, cos[None, :], sin[None, :], q_ptr.dtype.element_ty)
+            new_key = _rotate(new_key, tl.load(k_ptr + request * stride_k + kv_head * HEAD_DIM + partner),
+                              cos, sin, q_ptr.dtype.element_ty)
         slot = tl.load(slot_ptr + request)
         slot = tl.where(slot < 0, scratch_slot, slot)
         store_mask = (dims < HEAD_DIM) & first
@@ -175,7 +224,9 @@ if triton is not None:
 
     @triton.jit
     def _merge_splits_kernel(part_acc_ptr, part_max_ptr, part_sum_ptr, out_ptr, stride_o_tok, stride_o_head,
-                             NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr):
+                             NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                             PDL: tl.constexpr = False):
+        _wait_for_inputs(PDL)
         # Each slice's softmax was taken against its own maximum: rescale all of them
         # to the overall maximum, then add (the merge of flash-decoding).
         request = tl.program_id(0)
@@ -219,12 +270,15 @@ def triton_write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sl
 def triton_paged_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
                         block_tables: torch.Tensor, seq_lens: torch.Tensor, slot_mapping: torch.Tensor,
                         scale: float | None, output: torch.Tensor | None = None,
-                        num_splits: int | None = None) -> torch.Tensor:
+                        num_splits: int | None = None,
+                        rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Store each request's new k/v in its slot and attend over its blocks.
 
     Small batches split each request's cached tokens into `num_splits` slices that run
     in parallel, then merge them (two kernels, flash-decoding); a batch that fills the
     GPU on its own runs one program per (request, query head) (one kernel).
+    `rope` = (positions, RotaryEmbedding.cos_sin_cache of a neox-style rotary): q and k
+    arrive unrotated and the kernel rotates them (compile-time fusion).
     """
     num_reqs, num_heads, head_dim = q.shape
     num_kv_heads, block_size = kv_cache.shape[3], kv_cache.shape[2]
@@ -235,6 +289,11 @@ def triton_paged_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_ca
     splits = num_splits if num_splits is not None else decode_num_splits(num_reqs, num_kv_heads)
     if splits < 1 or splits & (splits - 1):
         raise ValueError(f"num_splits must be a power of two, got {splits}")
+    positions, cos_sin = rope if rope is not None else (slot_mapping, q)  # unused without rope
+    pdl = {"PDL": True, "launch_pdl": True} if pdl_supported(q.device) else {}
+    if rope is not None and (cos_sin.dtype != torch.float32 or not cos_sin.is_contiguous()
+                             or cos_sin.shape[-1] != head_dim or cos_sin.shape[1] != 2):
+        raise ValueError("rope needs the float32 neox table [positions, 2, 1, head_dim]")
     if splits > 1:
         part_acc = torch.empty((num_reqs, num_heads, splits, head_dim), dtype=torch.float32, device=q.device)
         part_max = torch.empty((num_reqs, num_heads, splits), dtype=torch.float32, device=q.device)
@@ -242,22 +301,22 @@ def triton_paged_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_ca
         _paged_decode_split_kernel[(num_reqs, num_kv_heads, splits)](
             q, k, v, kv_cache[0], kv_cache[1], block_tables, seq_lens, slot_mapping, scratch,
             part_acc, part_max, part_sum, q.stride(0), q.stride(1), k.stride(0), v.stride(0),
-            block_tables.stride(0), scale,
+            block_tables.stride(0), scale, positions, cos_sin,
             NUM_KV_HEADS=num_kv_heads, GROUP=group, GROUP_PAD=triton.next_power_of_2(group), HEAD_DIM=head_dim,
-            BLOCK_SIZE=block_size, BLOCK_N=32, NUM_SPLITS=splits, num_warps=4,
+            BLOCK_SIZE=block_size, BLOCK_N=32, NUM_SPLITS=splits, ROPE=rope is not None, num_warps=4, **pdl,
         )
         _merge_splits_kernel[(num_reqs, num_heads)](
             part_acc, part_max, part_sum, out, out.stride(0), out.stride(1),
-            NUM_HEADS=num_heads, HEAD_DIM=head_dim, NUM_SPLITS=splits, num_warps=1,
+            NUM_HEADS=num_heads, HEAD_DIM=head_dim, NUM_SPLITS=splits, num_warps=1, **pdl,
         )
         return out
     _paged_decode_kernel[(num_reqs, num_heads)](
         q, k, v, kv_cache[0], kv_cache[1], out, block_tables, seq_lens, slot_mapping, scratch,
         q.stride(0), q.stride(1), k.stride(0), v.stride(0), out.stride(0), out.stride(1), block_tables.stride(0),
-        scale,
-        NUM_KV_HEADS=num_kv_heads, GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
+        scale, positions, cos_sin,
+        NUM_KV_HEADS=num_kv_heads, GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, ROPE=rope is not None,
         # Tuned on an H100 (scripts/gpu_attn_tune.py): 128 cached tokens an iteration and
         # two warps a program beat 32/64 tokens and 1 or 4 warps at contexts 128 to 1024.
-        BLOCK_N=128, num_warps=2,
+        BLOCK_N=128, num_warps=2, **pdl,
     )
     return out

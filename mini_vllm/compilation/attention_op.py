@@ -59,9 +59,17 @@ def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor, layer_name: str
 ) -> None:
     """q `[T, H*D]`, k and v `[T, Hkv*D]`; writes attention `[T, H*D]` into `output`."""
-    layer = _LAYERS[layer_name]
+    _run_layer(_LAYERS[layer_name], q, k, v, output)
+
+
+def _run_layer(layer: "Attention", q, k, v, output, rope=None) -> None:
     metadata = get_forward_context().attn_metadata
     num_tokens = q.shape[0]
+    if rope is not None and not layer.impl.accepts_rope:
+        from mini_vllm.layers.rotary_embedding import rotary_embedding_op
+
+        q, k = rotary_embedding_op(rope[0], q, k, rope[1])
+        rope = None
     target = output.view(num_tokens, layer.num_heads, layer.head_dim)
     out = layer.impl.forward(
         q.view(num_tokens, layer.num_heads, layer.head_dim),
@@ -70,6 +78,7 @@ def attention(
         layer.kv_cache,
         metadata,
         **({"output": target} if layer.impl.accepts_output else {}),
+        **({"rope": rope} if rope is not None else {}),
     )
     if out is not target:  # the backend did not write in place
         target.copy_(out)
@@ -80,3 +89,21 @@ def _attention_fake(q, k, v, output, layer_name):
     # Shapes are all the compiler needs: the op changes `output` in place and returns nothing.
     return None
 # ANCHOR_END: custom_op
+
+
+# ANCHOR: attention_with_rope
+@torch.library.custom_op("mini_vllm::attention_with_rope", mutates_args=("output",))
+def attention_with_rope(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor, layer_name: str,
+    positions: torch.Tensor, cos_sin_cache: torch.Tensor,
+) -> None:
+    """`mini_vllm::attention` of q and k rotated by neox RoPE: what the fusion pass puts in
+    place of `rotary_embedding` then `attention`. A backend that can rotate inside its
+    kernel (`accepts_rope`) gets q and k unrotated; any other gets them rotated first."""
+    _run_layer(_LAYERS[layer_name], q, k, v, output, rope=(positions, cos_sin_cache))
+
+
+@attention_with_rope.register_fake
+def _attention_with_rope_fake(q, k, v, output, layer_name, positions, cos_sin_cache):
+    return None
+# ANCHOR_END: attention_with_rope

@@ -46,7 +46,7 @@ class CompileReport:
     def line(self) -> str:
         before = f"; previous start {self.previous_seconds:.1f} s" if self.previous_seconds is not None else \
             " (first start: cold cache)"
-        fused = f", {self.fused_pairs} norm/activation+product pair(s) fused" if self.fused_pairs else ""
+        fused = f", {self.fused_pairs} op pair(s) fused" if self.fused_pairs else ""
         return (f"compiled at {self.mode} in {self.seconds:.1f} s, {self.compiled_pieces} piece(s){fused}, "
                 f"{self.dynamo_graphs} Dynamo graph(s){before}; cache {self.cache_dir}")
 

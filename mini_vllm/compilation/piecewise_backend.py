@@ -9,8 +9,9 @@ PIECEWISE `CUDAGraphWrapper`).
 Dynamo hands the backend one FX graph of the whole forward, in which each attention is
 a single `mini_vllm::attention` node, and example inputs that are fake tensors whose
 first dimension is the symbol for the number of tokens. The backend:
-0. with fusion on, folds each norm and SwiGLU activation into the product after it
-   (mini_vllm/compilation/fusion.py; vLLM runs its fusion passes inside Inductor);
+0. with fusion on, folds each norm and SwiGLU activation into the product after it and
+   RoPE into attention (mini_vllm/compilation/fusion.py; vLLM runs its fusion passes
+   inside Inductor);
 1. splits the graph at the attention nodes (k attention calls -> at most k + 1 pieces);
 2. runs the split module on the fake inputs, so that each piece sees fake inputs of the
    right (symbolic) shapes, and compiles each non-attention piece with Inductor right
@@ -31,7 +32,7 @@ import torch
 import torch.fx
 
 from mini_vllm.compilation.cuda_graph import CUDAGraphWrapper, GraphCounters
-from mini_vllm.compilation.fusion import fuse_norm_and_act_into_linear
+from mini_vllm.compilation.fusion import run_fusion_passes
 from mini_vllm.compilation.graph_backend import GraphBackend
 from mini_vllm.compilation.split import SplitItem, is_attention_node, split_graph
 from mini_vllm.config import CUDAGraphMode
@@ -45,7 +46,7 @@ class CompileStats:
 
     dynamo_graphs: int = 0  # times Dynamo handed a graph to the backend (1 + recompiles)
     compiled_pieces: int = 0  # Inductor compilations (pieces; 1 per graph without a split)
-    fused_pairs: int = 0  # norm/activation + product pairs the fusion pass replaced
+    fused_pairs: int = 0  # op pairs the fusion passes replaced by one op
     seconds: float = 0.0  # wall time spent in the backend (Inductor included)
     split_items: list[SplitItem] = field(default_factory=list)
     piece_wrappers: list[CUDAGraphWrapper] = field(default_factory=list)
@@ -126,7 +127,7 @@ class PiecewiseCompileBackend:
         start = time.perf_counter()
         self.stats.dynamo_graphs += 1
         if self.fusion:
-            self.stats.fused_pairs += fuse_norm_and_act_into_linear(gm)
+            self.stats.fused_pairs += run_fusion_passes(gm)
         self.stats.graph = gm
         split, items = split_graph(gm, is_attention_node(gm))
         self.stats.split_items = items

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from mini_vllm.layers.tracing import compiler_is_tracing
+from mini_vllm.layers.tracing import compiler_is_tracing, custom_ops_enabled
 
 __all__ = ["RotaryEmbedding", "rope_inverse_frequencies"]
 
@@ -97,6 +97,9 @@ class RotaryEmbedding(nn.Module):
         self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate `query` `[T, H*D]` and `key` `[T, Hkv*D]` by `positions` `[T]`."""
+        if self.is_neox_style and custom_ops_enabled():
+            # Compiling with fusion passes: one node, which the pass folds into attention.
+            return tuple(torch.ops.mini_vllm.rotary_embedding(positions, query, key, self.cos_sin_cache))
         num_tokens = positions.shape[0]
         cos_sin = self.cos_sin_cache.index_select(0, positions)
         # A cast to the same dtype is skipped, not made a no-op call: at batch 1 every op
@@ -124,6 +127,27 @@ class RotaryEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, max_position={self.max_position}, is_neox_style={self.is_neox_style}"
+
+
+@torch.library.custom_op("mini_vllm::rotary_embedding", mutates_args=())
+def rotary_embedding_op(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
+                        cos_sin_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Neox-style RoPE of query `[T, H*D]` and key `[T, Hkv*D]` with a RotaryEmbedding's table.
+
+    vLLM: `torch.ops._C.rotary_embedding` (csrc/pos_encoding_kernels.cu). The fusion pass
+    (mini_vllm/compilation/fusion.py) folds it into the attention after it.
+    """
+    head_dim = cos_sin_cache.shape[-1]
+    cos, sin = cos_sin_cache.index_select(0, positions).to(query.dtype).unbind(1)
+    heads = torch.cat((query.reshape(query.shape[0], -1, head_dim), key.reshape(key.shape[0], -1, head_dim)), dim=1)
+    rotated = torch.addcmul(heads * cos, heads.roll(head_dim // 2, dims=-1), sin).flatten(1)
+    q_rot, k_rot = rotated.split([query.shape[-1], key.shape[-1]], dim=1)
+    return q_rot.clone(), k_rot.clone()  # outputs of a custom op may not share storage
+
+
+@rotary_embedding_op.register_fake
+def _rotary_embedding_fake(positions, query, key, cos_sin_cache):
+    return query.new_empty(query.shape), key.new_empty(key.shape)
 
 
 def _heads_side_by_side(query: torch.Tensor, key: torch.Tensor, head_dim: int) -> torch.Tensor:

@@ -31,7 +31,9 @@ through the ops of mini_vllm/layers/fused_linear.py.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import os
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +44,7 @@ try:
 except ImportError:  # CPU machines
     triton = None
 
-__all__ = ["triton_gemv", "triton_gemv_available", "triton_rms_norm_gemv", "triton_silu_and_mul_gemv"]
+__all__ = ["pdl_supported", "triton_gemv", "triton_gemv_available", "triton_rms_norm_gemv", "triton_silu_and_mul_gemv"]
 
 
 def triton_gemv_available(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -62,17 +64,26 @@ if triton is not None:
     _cache_tuning = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
 
     # ANCHOR: gemv_kernel
-    @triton.autotune(configs=_configs(), key=["N", "K", "PROLOGUE"], **_cache_tuning)
+    @triton.autotune(configs=_configs(), key=["N", "K", "PROLOGUE", "PDL"], **_cache_tuning)
     @triton.jit
     def _gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, stride_wn,
                      residual_ptr, norm_weight_ptr, residual_out_ptr, eps,
-                     PROLOGUE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                     PROLOGUE: tl.constexpr, PDL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
         pid = tl.program_id(0)
         rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         row_mask = rows < N
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
         squares = tl.zeros((BLOCK_K,), dtype=tl.float32)  # the RMSNorm prologues' statistics
+        # The first tile of W is requested before anything else: no kernel writes weights,
+        # so under programmatic dependent launch (PDL) this load may start while the
+        # kernel before is still finishing; x, its output, is read only after the wait.
+        w = _load_w_tile(w_ptr, rows, row_mask, 0, K, stride_wn, BLOCK_K)
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()  # the next kernel may start its own prefetch
+            tl.extra.cuda.gdc_wait()  # every earlier kernel has finished and its writes are visible
         for k0 in range(0, K, BLOCK_K):
+            if k0 > 0:
+                w = _load_w_tile(w_ptr, rows, row_mask, k0, K, stride_wn, BLOCK_K)
             cols = k0 + tl.arange(0, BLOCK_K)
             col_mask = cols < K
             if PROLOGUE == 3:
@@ -82,13 +93,18 @@ if triton is not None:
             if PROLOGUE == 1 or PROLOGUE == 2:
                 x, squares = _rms_norm_tile(x, squares, residual_ptr, norm_weight_ptr, residual_out_ptr,
                                             cols, col_mask, pid == 0, PROLOGUE == 2)
-            w = tl.load(w_ptr + rows[:, None] * stride_wn + cols[None, :],
-                        mask=row_mask[:, None] & col_mask[None, :], other=0.0, eviction_policy="evict_first")
             acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
         out = tl.sum(acc, axis=1)
         if PROLOGUE == 1 or PROLOGUE == 2:
             out = out * tl.rsqrt(tl.sum(squares, axis=0) / K + eps)  # 1 / RMS, applied last
         tl.store(out_ptr + rows, out.to(out_ptr.dtype.element_ty), mask=row_mask)
+
+    @triton.jit
+    def _load_w_tile(w_ptr, rows, row_mask, k0, K, stride_wn, BLOCK_K: tl.constexpr):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        # Read once per step and never again in it: evict-first keeps L2 for the activations.
+        return tl.load(w_ptr + rows[:, None] * stride_wn + cols[None, :],
+                       mask=row_mask[:, None] & (cols < K)[None, :], other=0.0, eviction_policy="evict_first")
     # ANCHOR_END: gemv_kernel
 
     # ANCHOR: gemv_prologues
@@ -127,14 +143,27 @@ if triton is not None:
 
 _PLAIN, _RMS_NORM, _ADD_RMS_NORM, _SILU_AND_MUL = 0, 1, 2, 3
 
+# Programmatic dependent launch (CUDA 12, Hopper on): a kernel launched with it may start
+# before the one ahead of it in the stream has finished, up to its `gdc_wait`. Kept
+# switchable (MINI_VLLM_PDL=0) so that its effect can be measured.
+PDL_ENABLED = os.environ.get("MINI_VLLM_PDL", "1") != "0"
+
+
+@functools.lru_cache(maxsize=None)
+def pdl_supported(device: torch.device) -> bool:
+    return (PDL_ENABLED and triton is not None and hasattr(tl.extra.cuda, "gdc_wait")
+            and torch.cuda.get_device_capability(device)[0] >= 9)
+
 
 def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=None, eps=0.0):
     n, k = weight.shape
     out = torch.empty((1, n), dtype=x.dtype, device=x.device)
+    pdl = pdl_supported(x.device)
     _gemv_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
         x, weight, out, n, k, weight.stride(0),
         residual if residual is not None else x, norm_weight if norm_weight is not None else x,
-        residual_out if residual_out is not None else out, eps, PROLOGUE=prologue,
+        residual_out if residual_out is not None else out, eps, PROLOGUE=prologue, PDL=pdl,
+        **({"launch_pdl": True} if pdl else {}),
     )
     return out
 
