@@ -16,8 +16,9 @@ its graph does not depend on the thread count (`fx_symbolic_tracing`).
 The exception is compilation with fusion passes (mini_vllm/compilation/fusion.py):
 a pass can only fold a norm or an activation into the product after it if each is
 one recognisable node, so while such a compile traces (`use_custom_ops`), RMSNorm,
-SiluAndMul and the products become the `mini_vllm::` custom ops instead. vLLM does
-the same: its fusion passes match the custom ops, which must be enabled for them.
+SiluAndMul, RoPE and the products become the `mini_vllm::` custom ops instead (vLLM's
+passes were first written against its custom ops the same way; its newer matchers also
+recognise the torch spelling).
 """
 
 from __future__ import annotations
