@@ -24,8 +24,9 @@ A second pass folds RoPE into the attention op that reads the rotated q and k:
     rotary_embedding(pos, q, k, table) -> attention(q', k', v, out, name)
         becomes  attention_with_rope(q, k, v, out, name, pos, table)
 
-The decode kernels then rotate q and the new key as they load them (vLLM fuses RoPE
-with the KV-cache write in the same spirit, for the backends whose kernels allow it).
+The decode kernels then rotate q and the new key as they load them (vLLM's
+`QKNormRoPEFusionPass`, vllm/compilation/qk_norm_rope_fusion.py, folds RoPE into the
+kernel next to it in the same spirit: the per-head q/k norm of models that have one).
 Attention stays the splitting op, so the piece boundaries do not move.
 
 The ops exist in the graph only when the model was traced with custom ops on

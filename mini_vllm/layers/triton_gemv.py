@@ -27,6 +27,14 @@ residual add; program 0 then also writes the new residual) or SwiGLU's silu(gate
 That removes the norm's and the activation's own kernels, three a Llama layer. The
 compile-time fusion pass (mini_vllm/compilation/fusion.py) puts these variants in place
 through the ops of mini_vllm/layers/fused_linear.py.
+
+Programmatic dependent launch (PDL, Hopper and later). A GEMV's weights do not depend
+on the kernel before it, only x does. Launched with PDL, the kernel may start while the
+previous one is still finishing: it requests its first tile of W, then waits
+(`gdc_wait`) until the previous kernel's writes are visible, then reads x. That hides
+part of each kernel's start-up, which at batch 1 on a small model is most of its time
+(measured: the compiled SmolLM2-shape step 0.52-0.57 ms with it, 0.65-0.66 without;
+benchmarks/results/decode-graphs-cuda-fusion.md). MINI_VLLM_PDL=0 turns it off.
 """
 
 from __future__ import annotations
