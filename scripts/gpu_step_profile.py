@@ -1,5 +1,8 @@
 """Where one engine decode step goes, compiled + FULL graphs, batch 1: host time (cProfile),
-then the GPU kernels (torch.profiler). `kernel_table` is shared with the other GPU scripts."""
+then the GPU kernels (torch.profiler). `kernel_table` is shared with the other GPU scripts.
+
+Run it with MINI_VLLM_PDL=0 for per-kernel costs: under programmatic dependent launch a
+kernel starts before the one ahead of it ends and waits, and the profiler counts the wait."""
 import cProfile
 import pstats
 import sys
