@@ -231,3 +231,13 @@ def test_decode_kernels_rotate_like_rotating_first(num_splits, num_reqs):
                                     num_splits=num_splits)
     torch.testing.assert_close(cache_fused, kv_cache, rtol=2 ** -7, atol=2 ** -7)  # the rotated keys stored
     torch.testing.assert_close(fused.float(), reference.float(), rtol=2 ** -6, atol=2e-2)
+
+
+@pytest.mark.parametrize("settings", [dict(), dict(compilation_mode="stock_torch_compile"),
+                                      dict(compilation_mode="vllm_compile", enforce_eager=True)])
+def test_asking_for_fusion_without_vllm_compile_says_what_to_do(settings):
+    from mini_vllm.engine.engine_config import EngineConfig
+
+    with pytest.raises(ValueError, match="enable_fusion=True needs compilation_mode='vllm_compile'"):
+        EngineConfig(model="tiny", device="cpu", enable_fusion=True, **settings)
+    EngineConfig(model="tiny", device="cpu", enable_fusion=False, **settings)  # off: always fine

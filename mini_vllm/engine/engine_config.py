@@ -56,6 +56,11 @@ class EngineConfig:
             self.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE if on_gpu else CUDAGraphMode.NONE
         self.cudagraph_mode = CUDAGraphMode.from_name(self.cudagraph_mode)
         self.compilation_mode = CompilationMode.from_name(self.compilation_mode)
+        if self.enable_fusion and (self.enforce_eager or self.compilation_mode is not CompilationMode.VLLM_COMPILE):
+            raise ValueError(
+                "enable_fusion=True needs compilation_mode='vllm_compile' (the fusion passes run in its "
+                "compile backend) and no enforce_eager; leave enable_fusion unset otherwise"
+            )
         if self.enforce_eager:
             self.cudagraph_mode = CUDAGraphMode.NONE
             self.compilation_mode = CompilationMode.NONE
