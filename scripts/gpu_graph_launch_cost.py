@@ -18,7 +18,6 @@ def launch_cost(mode: str, model) -> tuple[float, float]:
     for _ in range(10):
         engine.step()
     (entry,) = engine.runner.graphs.full_wrapper.entries.values()
-
     host, whole = [], []
     for _ in range(20):
         torch.cuda.synchronize()

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from mini_vllm.attention.backend import AttentionBackend
 from mini_vllm.attention.triton_decode import triton_available, triton_paged_decode, triton_write_kv
 from mini_vllm.config import AttentionCGSupport
+from mini_vllm.layers.rotary_embedding import apply_deferred_rope
 
 __all__ = [
     "PagedAttentionBackend",
@@ -132,11 +133,7 @@ class PagedAttentionBackend(AttentionBackend):
             return triton_paged_decode(q, k, v, kv_cache, metadata.block_tables[:num_reqs],
                                        metadata.seq_lens[:num_reqs], slots, self.scale, output, rope=rope)
         if rope is not None:  # no kernel here rotates: do it first
-            from mini_vllm.layers.rotary_embedding import rotary_embedding_op
-
-            num_tokens = q.shape[0]
-            q_rot, k_rot = rotary_embedding_op(rope[0], q.reshape(num_tokens, -1), k.reshape(num_tokens, -1), rope[1])
-            q, k = q_rot.view(q.shape), k_rot.view(k.shape)
+            q, k = apply_deferred_rope(rope, q, k)
         if triton_here:
             triton_write_kv(kv_cache, k, v, slots)
         else:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from mini_vllm.forward_context import get_forward_context
+from mini_vllm.layers.rotary_embedding import apply_deferred_rope
 
 if TYPE_CHECKING:
     from mini_vllm.layers.attention import Attention
@@ -66,9 +67,7 @@ def _run_layer(layer: "Attention", q, k, v, output, rope=None) -> None:
     metadata = get_forward_context().attn_metadata
     num_tokens = q.shape[0]
     if rope is not None and not layer.impl.accepts_rope:
-        from mini_vllm.layers.rotary_embedding import rotary_embedding_op
-
-        q, k = rotary_embedding_op(rope[0], q, k, rope[1])
+        q, k = apply_deferred_rope(rope, q, k)
         rope = None
     target = output.view(num_tokens, layer.num_heads, layer.head_dim)
     out = layer.impl.forward(

@@ -118,10 +118,13 @@ class PiecewiseCompileBackend:
         self.piecewise_graphs = piecewise_graphs and graph_backend is not None
         self.stats = stats if stats is not None else CompileStats()
         self.compile_pieces = compile_pieces  # False: keep pieces as FX (to inspect the split)
-        # Run the fusion pass (mini_vllm/compilation/fusion.py); the model must then be
-        # traced with the custom ops it matches, which the compile wrapper reads from here.
-        self.fusion = fusion
-        self.uses_custom_ops = fusion
+        self.fusion = fusion  # run the fusion passes (mini_vllm/compilation/fusion.py)
+
+    @property
+    def uses_custom_ops(self) -> bool:
+        """The fusion passes match the layers' custom ops: the compile wrapper reads this
+        and traces the model with them (mini_vllm/layers/tracing.py)."""
+        return self.fusion
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
         start = time.perf_counter()

@@ -31,7 +31,7 @@ from torch import nn
 
 from mini_vllm.layers.tracing import compiler_is_tracing, custom_ops_enabled
 
-__all__ = ["RotaryEmbedding", "rope_inverse_frequencies"]
+__all__ = ["RotaryEmbedding", "apply_deferred_rope", "rope_inverse_frequencies", "rotary_embedding_op"]
 
 
 # ANCHOR: inv_freq
@@ -148,6 +148,16 @@ def rotary_embedding_op(positions: torch.Tensor, query: torch.Tensor, key: torch
 @rotary_embedding_op.register_fake
 def _rotary_embedding_fake(positions, query, key, cos_sin_cache):
     return query.new_empty(query.shape), key.new_empty(key.shape)
+
+
+def apply_deferred_rope(rope: tuple[torch.Tensor, torch.Tensor], query: torch.Tensor,
+                        key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate q and k (`[T, ...]`, any head layout) by a fused attention op's `rope`
+    (positions, table): for the attention paths that have no kernel rotating them."""
+    positions, table = rope
+    num_tokens = query.shape[0]
+    q_rot, k_rot = rotary_embedding_op(positions, query.reshape(num_tokens, -1), key.reshape(num_tokens, -1), table)
+    return q_rot.view(query.shape), k_rot.view(key.shape)
 
 
 def _heads_side_by_side(query: torch.Tensor, key: torch.Tensor, head_dim: int) -> torch.Tensor:
