@@ -100,7 +100,7 @@ class ModelRunner:
         # Sized for the largest batch a step can hold. Row buffers get one row per
         # token: a uniform-decode batch padded to a graph size has that many rows.
         # All five live in one integer tensor, so that a step's inputs travel to the
-        # GPU from one pinned staging copy of it (a handful of copies, no syncs).
+        # GPU from one pinned staging copy of it (one copy, no syncs).
         n, width = self.max_num_tokens, self.max_blocks_per_seq
         self._ints = torch.zeros(4 * n + n * width, dtype=torch.long, device=self.device)
         self.input_ids, self.positions, self.slot_mapping, self.seq_lens = self._ints[: 4 * n].view(4, n).unbind(0)
@@ -108,6 +108,7 @@ class ModelRunner:
         self.slot_mapping.fill_(-1)
         on_gpu = self.device.type == "cuda"
         self._staging = torch.zeros_like(self._ints, device="cpu", pin_memory=on_gpu) if on_gpu else self._ints
+        self._staging[2 * n:3 * n].fill_(-1)  # slots past a step's tokens stay "write nowhere"
         self._staging_np = self._staging.numpy()
         self._copy_done = torch.cuda.Event() if on_gpu else None
         # ANCHOR_END: persistent_buffers
@@ -151,6 +152,7 @@ class ModelRunner:
         # flight while the next is issued.
         self._sampled_host = [torch.zeros(config.max_num_seqs, dtype=torch.long, pin_memory=on_gpu)
                               for _ in range(2)]
+        self._sampled_events = [torch.cuda.Event() for _ in range(2)] if on_gpu else [None, None]
         self._sampled_host_index = 0
         self.last_step: StepRecord | None = None
         # Benchmarks set this to time the forward alone (two device syncs a step).
@@ -178,10 +180,12 @@ class ModelRunner:
         tables = host[4 * cap:].reshape(cap, self.max_blocks_per_seq)
         for row, table in enumerate(inputs.block_tables):
             tables[row, : len(table)] = table
-        if self._staging is not self._ints:  # GPU: ship the used parts, asynchronously
-            for start, count in ((0, n), (cap, n), (2 * cap, n), (3 * cap, reqs)):
-                self._ints[start:start + count].copy_(self._staging[start:start + count], non_blocking=True)
-            self.block_tables[:reqs].copy_(self._staging[4 * cap:].view(cap, -1)[:reqs], non_blocking=True)
+        if self._staging is not self._ints:  # GPU: ship them, asynchronously, in one copy
+            # From the first id to the last table row used: the unused tails of the four
+            # row arrays travel too (a few kilobytes), which costs the host less than a
+            # copy per array (each torch copy is some microseconds of host time).
+            end = 4 * cap + reqs * self.max_blocks_per_seq
+            self._ints[:end].copy_(self._staging[:end], non_blocking=True)
             self._copy_done.record()
         if inputs.placeholder_tokens:
             self._fill_placeholders(inputs)
@@ -272,11 +276,10 @@ class ModelRunner:
     def _copy_out(self, sampled_ids: torch.Tensor, rows: list[int], num_rows: int) -> "SampledTokens":
         """Start the copy of the sampled ids to the host; an event marks its end."""
         host = self._sampled_host[self._sampled_host_index][: len(rows)]
-        self._sampled_host_index ^= 1  # the other buffer may still be waited on
+        event = self._sampled_events[self._sampled_host_index]
+        self._sampled_host_index ^= 1  # the other buffer (and its event) may still be waited on
         host.copy_(sampled_ids, non_blocking=True)
-        event = None
-        if self.device.type == "cuda":
-            event = torch.cuda.Event()
+        if event is not None:
             event.record()
         return SampledTokens(host, event, rows, num_rows)
     # ANCHOR_END: copy_out
