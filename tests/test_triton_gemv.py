@@ -46,3 +46,25 @@ def test_linear_op_under_torch_compile_picks_at_run_time():
     for rows in (1, 2, 5):
         x = torch.randn(rows, 576, device="cuda").bfloat16()
         torch.testing.assert_close(compiled(x).float(), f(x).float(), rtol=2 ** -7, atol=1e-2)
+
+
+def test_second_launch_reuses_the_compiled_kernel_and_respects_alignment():
+    """After the first (autotuned) launch the compiled kernel is launched directly; a
+    misaligned view of the same shape gets a kernel of its own, and both stay exact."""
+    from mini_vllm.layers import triton_gemv as gemv
+
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    w = (torch.randn(1000, 333, device="cuda", generator=gen) / 333 ** 0.5).bfloat16()
+    buffer = torch.randn(1, 334 + 8, device="cuda", generator=gen).bfloat16()
+    aligned, misaligned = buffer[:, :333], buffer[:, 1:334]  # the second starts 2 bytes in
+    assert aligned.data_ptr() % 16 == 0 and misaligned.data_ptr() % 16 != 0
+    gemv._compiled_launches.clear()
+    for x in (aligned, misaligned):
+        expected = x.float() @ w.float().t()
+        first = gemv.triton_gemv(x, w)
+        kept = len(gemv._compiled_launches)
+        second = gemv.triton_gemv(x, w)  # through the kept kernel
+        assert len(gemv._compiled_launches) == kept
+        torch.testing.assert_close(second, first, rtol=0, atol=0)
+        torch.testing.assert_close(second.float(), expected, rtol=2 ** -7, atol=1e-3)
+    assert len(gemv._compiled_launches) == 2  # one kernel per alignment

@@ -63,8 +63,18 @@ def triton_gemv_available(x: torch.Tensor, weight: torch.Tensor) -> bool:
 if triton is not None:
 
     def _configs():
+        # (BLOCK_N, BLOCK_K, warps). The BLOCK_K >= 1024 tiles cover a whole row of a
+        # small model's matrices (K = 576 or 1536 for SmolLM2), so that a program issues
+        # all of its weight loads at once; under programmatic dependent launch (below)
+        # they are issued before the wait, and the whole read overlaps the tail of the
+        # kernel ahead. Measured on one H100 host at batch 1, SmolLM2 shape, compiled
+        # FULL step with async scheduling, alternating: forward 0.51 ms with the last five
+        # tiles on the list against 0.57-0.65 ms without them. The autotuner's picks
+        # vary a little from run to run (scripts/gpu_gemv_tiles.py prints them); most
+        # are whole-row tiles.
         shapes = [(4, 256, 4), (8, 256, 4), (16, 256, 4), (32, 256, 8), (8, 512, 4), (16, 512, 8),
-                  (4, 512, 4), (2, 1024, 4), (16, 128, 4), (32, 128, 4), (64, 128, 8)]
+                  (4, 512, 4), (2, 1024, 4), (16, 128, 4), (32, 128, 4), (64, 128, 8),
+                  (4, 1024, 4), (8, 1024, 8), (16, 1024, 8), (4, 2048, 8), (8, 2048, 8)]
         return [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w) for n, k, w in shapes]
 
     # Keep the tuning results on disk (Triton's cache) where this Triton can: tuning all
@@ -163,17 +173,41 @@ def pdl_supported(device: torch.device) -> bool:
             and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
+# ANCHOR: gemv_launch
+# Launching through Triton's autotuner and JIT front end costs the host tens of
+# microseconds a call (measured on the course's H100 host: 64 us, against 19 us for a
+# cuBLAS product; scripts/gpu_host_launch_costs.py). The LM head's GEMV runs outside the
+# graph every step, and eager mode runs 121 of them a step, so the first launch for a
+# given signature goes through the autotuner and the compiled kernel it returns is then
+# launched directly (`CompiledKernel[grid](*args)`). The key holds everything Triton
+# specialises a kernel on: the integer arguments, the dtypes, and whether each pointer
+# is 16-byte aligned (a kernel compiled for aligned rows must not get a misaligned view).
+_compiled_launches: dict[tuple, tuple] = {}
+
+
 def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=None, eps=0.0):
     n, k = weight.shape
     out = torch.empty((1, n), dtype=x.dtype, device=x.device)
     pdl = pdl_supported(x.device)
-    _gemv_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
-        x, weight, out, n, k, weight.stride(0),
-        residual if residual is not None else x, norm_weight if norm_weight is not None else x,
-        residual_out if residual_out is not None else out, eps, PROLOGUE=prologue, PDL=pdl,
-        **({"launch_pdl": True} if pdl else {}),
+    tensors = (x, weight, out, residual if residual is not None else x,
+               norm_weight if norm_weight is not None else x, residual_out if residual_out is not None else out)
+    args = (*tensors[:3], n, k, weight.stride(0), *tensors[3:], eps)
+    key = (n, k, weight.stride(0), prologue, pdl, x.device,
+           *((t.dtype, t.data_ptr() % 16 == 0) for t in tensors))
+    known = _compiled_launches.get(key)
+    if known is not None:
+        compiled, grid, constants = known
+        compiled[grid](*args, *constants)
+        return out
+    compiled = _gemv_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
+        *args, PROLOGUE=prologue, PDL=pdl, **({"launch_pdl": True} if pdl else {}),
     )
+    best = _gemv_kernel.best_config.kwargs
+    if hasattr(compiled, "packed_metadata"):  # a CompiledKernel (Triton 3): keep it
+        grid = (triton.cdiv(n, best["BLOCK_N"]), 1, 1)
+        _compiled_launches[key] = (compiled, grid, (prologue, pdl, best["BLOCK_N"], best["BLOCK_K"]))
     return out
+# ANCHOR_END: gemv_launch
 
 
 def triton_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
