@@ -1,4 +1,11 @@
-"""Paged decode attention: one program per (request, head) vs flash-decoding slices (µs, in a CUDA graph)."""
+"""Paged decode attention: one pass (one program per (request, head)) against flash-decoding
+slices and their merge, by context length (µs a call, in a CUDA graph; H100).
+
+Prints, for SmolLM2's heads (9 query, 3 KV) and Llama-3.2-1B's (32, 8), at batch 1 and 4,
+the time of one pass and of the slices the split heuristic would take, and where the
+split starts to win: the evidence for SINGLE_PASS_MAX_CONTEXT in
+mini_vllm/attention/triton_decode.py.
+"""
 import torch
 import triton.testing
 
@@ -7,8 +14,9 @@ from mini_vllm.attention.triton_decode import decode_num_splits, triton_paged_de
 
 bench = getattr(triton.testing, "do_bench_cudagraph", None) or triton.testing.do_bench
 for heads, kv_heads in [(9, 3), (32, 8)]:
-    for reqs in (1, 8, 32):
-        for ctx in (128, 1024):
+    for reqs in (1, 4):
+        crossover = None
+        for ctx in (128, 192, 256, 384, 512, 768, 1024):
             dim, block = 64, 16
             width = ctx // block + 1
             cache = allocate_paged_kv_caches(1, reqs * width + 1, block, kv_heads, dim, torch.bfloat16, "cuda")[0].normal_()
@@ -19,9 +27,12 @@ for heads, kv_heads in [(9, 3), (32, 8)]:
             k = torch.randn(reqs, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
             v = torch.randn_like(k)
             out = torch.empty_like(q)
-            auto = decode_num_splits(reqs, kv_heads)
-            times = {s: bench(lambda s=s: triton_paged_decode(q, k, v, cache, tables, lens, slots, None, out, num_splits=s))
-                     for s in sorted({1, auto})}
-            print(f"heads {heads}/{kv_heads} batch {reqs:2d} ctx {ctx:4d}: " +
-                  ", ".join(f"{s} slice{'s' if s > 1 else ''} {t * 1000:.1f} us" for s, t in times.items()) +
-                  f" (auto: {auto})")
+            split = decode_num_splits(reqs, kv_heads)  # the slices without the context rule
+            times = {s: bench(lambda s=s: triton_paged_decode(q, k, v, cache, tables, lens, slots, None, out,
+                                                              num_splits=s)) * 1000
+                     for s in sorted({1, split})}
+            if crossover is None and split > 1 and times[split] < times[1]:
+                crossover = ctx
+            print(f"heads {heads}/{kv_heads} batch {reqs} context {ctx:4d}: one pass {times[1]:5.1f} us"
+                  + (f", {split} slices + merge {times[split]:5.1f} us" if split > 1 else ""))
+        print(f"heads {heads}/{kv_heads} batch {reqs}: slices first faster at context {crossover}")

@@ -174,3 +174,16 @@ def test_split_decode_matches_the_torch_path_for_every_number_of_slices(num_spli
     assert torch.isfinite(fast).all()
     with pytest.raises(ValueError, match="power of two"):
         triton_paged_decode(q, k, v, caches[0], tables, lens, slots, None, num_splits=3)
+
+
+def test_split_count_follows_batch_and_longest_possible_context():
+    """Slices only pay for a small batch over a long context (the kernels are GPU-REQ;
+    the choice is plain arithmetic and is checked here)."""
+    from mini_vllm.attention.triton_decode import SINGLE_PASS_MAX_CONTEXT, decode_num_splits
+
+    assert decode_num_splits(1, 3) == 16  # SmolLM2 at batch 1, context unknown: 48 programs
+    assert decode_num_splits(1, 3, max_context=4096) == 16
+    assert decode_num_splits(1, 3, max_context=SINGLE_PASS_MAX_CONTEXT) == 1  # one pass is faster
+    assert decode_num_splits(1, 3, max_context=SINGLE_PASS_MAX_CONTEXT + 16) == 16
+    assert decode_num_splits(8, 3, max_context=4096) == 8
+    assert decode_num_splits(64, 8, max_context=4096) == 1  # the batch fills the GPU alone

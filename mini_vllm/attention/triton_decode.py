@@ -27,7 +27,8 @@ a GPU's worth of programs the cached tokens are cut into slices that run in para
 each for the whole group of query heads that share a KV head, and a second kernel
 merges the slices' partial softmaxes: flash-decoding (Dao et al., 2023), which vLLM's
 Triton decode kernel also does (vllm/attention/ops/triton_decode_attention.py, stage 1
-and stage 2).
+and stage 2). Where no request can hold more than one 128-token tile, one pass is still
+the faster choice (`decode_num_splits`).
 """
 
 from __future__ import annotations
@@ -246,12 +247,19 @@ if triton is not None:
 # Enough programs to occupy a big GPU (an H100 has 132 SMs) before splitting stops paying.
 TARGET_PROGRAMS = 128
 MAX_SPLITS = 16
+# A context that fits in one tile of the single pass (BLOCK_N = 128 tokens) is faster in
+# one pass than in slices and a merge, even for a lone request; from two tiles on the
+# slices win (scripts/gpu_split_decode.py, H100, in a CUDA graph, batch 1, SmolLM2's
+# heads: one pass 4.6 us at context 128 and 7.2 us at 192, 16 slices and the merge
+# 6.4-6.5 us at both; Llama-3.2-1B's heads: 4.5 / 7.2 against 5.8 / 5.8).
+SINGLE_PASS_MAX_CONTEXT = 128
 
 
-def decode_num_splits(num_reqs: int, num_kv_heads: int) -> int:
-    """Slices of the cached tokens per (request, KV head): 1 when the batch fills the GPU."""
+def decode_num_splits(num_reqs: int, num_kv_heads: int, max_context: int | None = None) -> int:
+    """Slices of the cached tokens per (request, KV head): 1 when the batch fills the GPU,
+    or when no request can hold more than SINGLE_PASS_MAX_CONTEXT tokens (`max_context`)."""
     programs = num_reqs * num_kv_heads
-    if programs >= TARGET_PROGRAMS // 2:
+    if programs >= TARGET_PROGRAMS // 2 or (max_context is not None and max_context <= SINGLE_PASS_MAX_CONTEXT):
         return 1
     wanted = -(-TARGET_PROGRAMS // programs)
     return min(MAX_SPLITS, 1 << (wanted - 1).bit_length())  # a power of two, for tl.arange
@@ -286,7 +294,11 @@ def triton_paged_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_ca
     scratch = kv_cache.shape[1] * block_size - 1
     scale = scale if scale is not None else head_dim ** -0.5
     group = num_heads // num_kv_heads
-    splits = num_splits if num_splits is not None else decode_num_splits(num_reqs, num_kv_heads)
+    # The table's width bounds every request's context in this call: under a FULL graph
+    # it is the longest a request may ever be (so the captured choice holds for every
+    # replay), eagerly the longest request of this batch.
+    max_context = block_tables.shape[1] * block_size
+    splits = num_splits if num_splits is not None else decode_num_splits(num_reqs, num_kv_heads, max_context)
     if splits < 1 or splits & (splits - 1):
         raise ValueError(f"num_splits must be a power of two, got {splits}")
     positions, cos_sin = rope if rope is not None else (slot_mapping, q)  # unused without rope
