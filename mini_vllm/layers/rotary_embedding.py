@@ -139,7 +139,7 @@ def rotary_embedding_op(positions: torch.Tensor, query: torch.Tensor, key: torch
     """
     head_dim = cos_sin_cache.shape[-1]
     cos, sin = cos_sin_cache.index_select(0, positions).to(query.dtype).unbind(1)
-    heads = torch.cat((query.reshape(query.shape[0], -1, head_dim), key.reshape(key.shape[0], -1, head_dim)), dim=1)
+    heads = _heads_side_by_side(query, key, head_dim)
     rotated = torch.addcmul(heads * cos, heads.roll(head_dim // 2, dims=-1), sin).flatten(1)
     q_rot, k_rot = rotated.split([query.shape[-1], key.shape[-1]], dim=1)
     return q_rot.clone(), k_rot.clone()  # outputs of a custom op may not share storage

@@ -203,8 +203,8 @@ def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=N
     compiled = _gemv_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
         *args, PROLOGUE=prologue, PDL=pdl, **({"launch_pdl": True} if pdl else {}),
     )
-    best = _gemv_kernel.best_config.kwargs
     if hasattr(compiled, "packed_metadata"):  # a CompiledKernel (Triton 3): keep it
+        best = _gemv_kernel.best_config.kwargs
         grid = (triton.cdiv(n, best["BLOCK_N"]), 1, 1)
         _compiled_launches[key] = (compiled, grid, (prologue, pdl, best["BLOCK_N"], best["BLOCK_K"]))
     return out
