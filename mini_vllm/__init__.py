@@ -1,6 +1,38 @@
-"""mini_vllm: a small, real, vLLM-shaped inference engine built up by the course.
+"""mini_vllm: a small, real, vLLM-shaped inference engine, built up by the course.
 
     from mini_vllm import LLM, SamplingParams
+
+What is where (each with the vLLM code it mirrors):
+
+The public API
+    llm.py            `LLM`: offline generation (vllm/entrypoints/llm.py)
+    sampling_params.py  `SamplingParams` (vllm/sampling_params.py)
+    outputs.py        `RequestOutput` (vllm/outputs.py)
+    errors.py         `UserError`: a mistake the user can fix (the CLI prints it in one line)
+
+The engine (what `LLM` runs)
+    engine/           requests, block manager, scheduler, model runner, graph dispatcher (vllm/v1/)
+    config/           compilation and CUDA-graph modes, the capture-size ladder (vllm/config/)
+    compilation/      CUDA-graph wrappers, the piecewise split, compile backends, fusion passes
+                      (vllm/compilation/)
+    forward_context.py  what the current forward is, read by layers (vllm/forward_context.py)
+    models/           the Llama model, the named shapes, the loader (vllm/model_executor/models/)
+    layers/           norm, RoPE, linear, activation, attention layer, sampler, their kernels
+                      (vllm/model_executor/layers/)
+    attention/        attention backends: contiguous and paged KV caches (vllm/v1/attention/)
+    weights/          GGUF and safetensors readers, the converted-weights cache
+                      (vllm/model_executor/model_loader/)
+    tokenizer.py      tokenizers and incremental detokenisation (vllm/transformers_utils/)
+    envs.py           every MINI_VLLM_* environment switch (vllm/envs.py)
+    utils.py          small helpers shared by the engine and the tools (vllm/utils/)
+
+The teaching models (one idea alone; the engine never imports them)
+    teaching/         the CUDA-graph simulator, the launch-overhead timeline, Phase 00's loop
+    cudagraph.py      the simulator under the name the course imports: `mini_vllm.cudagraph`
+
+The tools
+    bench/            benchmarks and the capture-ladder chooser (vllm/benchmarks/)
+    cli/              `python -m mini_vllm generate | simulate | bench` (vllm/entrypoints/cli/)
 
 The package root stays light: `LLM` (which imports torch) is loaded on first use.
 """

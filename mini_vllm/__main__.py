@@ -12,6 +12,8 @@ import importlib
 import os
 import sys
 
+from mini_vllm import envs
+
 COMMANDS = {
     "generate": "mini_vllm.cli.generate",
     "simulate": "mini_vllm.cli.simulate",
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = open(os.devnull, "w")
         return 0
     except ValueError as exc:  # UserError is a ValueError; MINI_VLLM_DEBUG=1 shows the traceback
-        if os.environ.get("MINI_VLLM_DEBUG"):
+        if envs.MINI_VLLM_DEBUG:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return 2

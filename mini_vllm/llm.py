@@ -15,11 +15,12 @@ from typing import Sequence as SequenceT
 
 from mini_vllm.engine.engine_config import EngineConfig
 from mini_vllm.engine.llm_engine import LLMEngine
-from mini_vllm.engine.sequence import FinishReason, Sequence
+from mini_vllm.engine.sequence import Sequence
 from mini_vllm.engine.stats import EngineStats
 from mini_vllm.errors import UserError
 from mini_vllm.outputs import RequestOutput
 from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.utils import cpu_threads_context
 
 __all__ = ["LLM"]
 
@@ -97,8 +98,6 @@ class LLM:
 
             progress = tqdm(total=len(prompts), desc="generating", unit="req")
             progress.update(sum(1 for s in seqs if s is None))
-        from mini_vllm.decode_loop import cpu_threads_context
-
         with cpu_threads_context(self.engine.runner.device, self.config.cpu_threads):
             while self.engine.has_unfinished_requests():
                 finished = self.engine.step()
@@ -122,13 +121,12 @@ class LLM:
     def _output(self, seq: Sequence, prompt: str | None) -> RequestOutput:
         tokens = list(seq.output_token_ids)
         text = self.tokenizer.decode(tokens) if self.tokenizer is not None else ""
-        reason = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length", FinishReason.ERROR: "error"}[seq.finish_reason]
         return RequestOutput(
             request_id=seq.seq_id,
             prompt=prompt,
             prompt_token_ids=list(seq.prompt_token_ids),
             text=text,
             token_ids=tokens,
-            finish_reason=reason,
+            finish_reason=seq.finish_reason.value,
             error=seq.error,
         )

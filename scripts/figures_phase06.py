@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Draw the figures of the Phase 06 chapter from the recorded run and mini_vllm.ladder.
+"""Draw the figures of the Phase 06 chapter from the recorded run and mini_vllm.bench.ladder.
 
     .venv/bin/python scripts/figures_phase06.py              # all figures into book/src/figures/
     .venv/bin/python scripts/figures_phase06.py --only ladder-tradeoff.png --out-dir /tmp
 
 The numbers come from the run recorded in labs/lab-12-capture-ladder/data/trace.json
 (the tiny model served on CPU by the engine; regenerate it with the command stored in
-the file) and from `mini_vllm.ladder`. Reading a recorded run rather than timing a new
+the file) and from `mini_vllm.bench.ladder`. Reading a recorded run rather than timing a new
 one keeps the PNGs deterministic. Same pattern as scripts/make_figures.py: one function
 per figure returning a `matplotlib.figure.Figure`, a fixed style, and a `FIGURES` dict.
 """
@@ -30,7 +30,7 @@ for path in (ROOT, ROOT / "scripts"):
 
 from make_figures import OUT_DIR, _styled, save_figure  # noqa: E402
 
-from mini_vllm.ladder import choose_ladder, evaluate_ladder, load_trace, powers_of_two_ladder  # noqa: E402
+from mini_vllm.bench.ladder import choose_ladder, evaluate_ladder, load_trace, powers_of_two_ladder  # noqa: E402
 
 __all__ = ["FIGURES", "TRACE_FILE", "ladder_tradeoff_figure", "recorded_run", "trace_ladder_figure",
            "ttft_vs_itl_figure"]

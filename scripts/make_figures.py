@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from mini_vllm.capture_sizes import default_capture_sizes, padding_waste  # noqa: E402
+from mini_vllm.config.capture_sizes import default_capture_sizes, padding_waste  # noqa: E402
 from mini_vllm.cudagraph import (  # noqa: E402
     GraphRunner,
     Op,
@@ -41,7 +41,7 @@ from mini_vllm.cudagraph import (  # noqa: E402
     split_ops,
     toy_model,
 )
-from mini_vllm.launch_overhead import (  # noqa: E402
+from mini_vllm.teaching.launch_overhead import (  # noqa: E402
     CROSSOVER_THRESHOLD,
     crossover_batch,
     eager_timeline,

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from mini_vllm import LLM, SamplingParams
-from mini_vllm.config import CompilationMode, CUDAGraphMode
+from mini_vllm.config.compilation import CompilationMode, CUDAGraphMode
 
 ROOT = Path(__file__).resolve().parent.parent
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]

@@ -6,9 +6,9 @@ what the labs leave out (parsing names, error messages).
 
 import pytest
 
-from mini_vllm.capture_sizes import default_capture_sizes, normalize_capture_sizes, padded_size
-from mini_vllm.config import AttentionCGSupport, CompilationMode, CUDAGraphMode, resolve_cudagraph_mode
-from mini_vllm.cudagraph_dispatcher import CudagraphDispatcher
+from mini_vllm.config.capture_sizes import default_capture_sizes, normalize_capture_sizes, padded_size
+from mini_vllm.config.compilation import AttentionCGSupport, CompilationMode, CUDAGraphMode, resolve_cudagraph_mode
+from mini_vllm.engine.cudagraph_dispatcher import CudagraphDispatcher
 from mini_vllm.forward_context import BatchDescriptor, get_forward_context, set_forward_context
 
 

@@ -6,7 +6,7 @@ import torch
 from mini_vllm.compilation.cpu_graph import CaptureError, CPUGraph, cpu_graph
 from mini_vllm.compilation.cuda_graph import CUDAGraphWrapper
 from mini_vllm.compilation.graph_backend import CPUGraphBackend
-from mini_vllm.config import CUDAGraphMode
+from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.forward_context import BatchDescriptor, set_forward_context
 
 

@@ -173,7 +173,7 @@ def test_silu_and_mul_gemv_matches_activation_then_product(out_features, in_feat
 @pytest.mark.gpu
 def test_fusion_on_cuda_keeps_the_tokens_and_removes_kernels():
     from mini_vllm import SamplingParams
-    from mini_vllm.bench.decode_graphs import _profile_kernels
+    from mini_vllm.bench.harness import count_kernels
 
     results = {}
     for fusion in (False, True):
@@ -184,7 +184,7 @@ def test_fusion_on_cuda_keeps_the_tokens_and_removes_kernels():
         llm.engine.add_request(prompts(1)[0], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
         for _ in range(3):
             llm.engine.step()
-        kernels, _ = _profile_kernels(torch.device("cuda"), llm.engine.step)
+        kernels, _ = count_kernels(torch.device("cuda"), llm.engine.step)
         assert llm.engine.runner.last_step.runtime_mode == "FULL"
         results[fusion] = (tokens, llm.engine.runner.graphs.compile_stats.fused_pairs, kernels)
     layers = llm.engine.model.config.num_hidden_layers

@@ -1,4 +1,4 @@
-"""mini_vllm/ladder.py: a capture ladder chosen from a trace, scored like the engine scores it."""
+"""mini_vllm/bench/ladder.py: a capture ladder chosen from a trace, scored like the engine scores it."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mini_vllm.capture_sizes import default_capture_sizes
-from mini_vllm.ladder import (
+from mini_vllm.config.capture_sizes import default_capture_sizes
+from mini_vllm.bench.ladder import (
     choose_ladder,
     evaluate_ladder,
     load_trace,
@@ -41,8 +41,8 @@ def test_the_workload_is_reproducible_and_counted_in_steps():
 
 def test_the_lab_trace_says_how_it_was_made():
     data = load_trace(LAB_TRACE)
-    assert data["command"].startswith("python -m mini_vllm.ladder --out ")
-    assert data["workload"] == {"function": "mini_vllm.ladder.make_workload", "num_requests": 400, "seed": 0}
+    assert data["command"].startswith("python -m mini_vllm.bench.ladder --out ")
+    assert data["workload"] == {"function": "mini_vllm.bench.ladder.make_workload", "num_requests": 400, "seed": 0}
     trace = data["decode_batch_sizes"]
     assert len(trace) > 500 and min(trace) >= 1
     assert len(data["ttft_ms"]) == 400

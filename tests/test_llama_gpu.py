@@ -21,7 +21,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mini_vllm.decode_loop import full_forward_logits, generate
+from mini_vllm.teaching.decode_loop import full_forward_logits, generate
 from mini_vllm.errors import MissingWeightsError
 from mini_vllm.models.loader import load_model
 from mini_vllm.sampling_params import SamplingParams

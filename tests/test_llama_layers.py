@@ -16,7 +16,7 @@ from mini_vllm.attention.contiguous import (
     ContiguousAttentionMetadata,
     allocate_contiguous_kv_caches,
 )
-from mini_vllm.decode_loop import full_forward_logits, run_model_step
+from mini_vllm.teaching.decode_loop import full_forward_logits, run_model_step
 from mini_vllm.errors import UserError
 from mini_vllm.layers.attention import Attention, attention_layers, bind_kv_caches
 from mini_vllm.layers.layernorm import RMSNorm

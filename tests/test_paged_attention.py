@@ -79,7 +79,7 @@ def test_padded_rows_write_only_the_scratch_block_and_stay_finite(seqs):
 
 
 def test_paged_backend_equals_contiguous_backend_inside_the_model():
-    from mini_vllm.config import CUDAGraphMode
+    from mini_vllm.config.compilation import CUDAGraphMode
     from mini_vllm.forward_context import set_forward_context
     from mini_vllm.layers.attention import bind_kv_caches
     from mini_vllm.models.loader import load_model

@@ -7,9 +7,10 @@ import dataclasses
 import pytest
 import torch
 
-from mini_vllm.decode_loop import generate, generate_lockstep
+from mini_vllm.teaching.decode_loop import generate, generate_lockstep
 from mini_vllm.errors import UserError
-from mini_vllm.layers.sampler import Sampler, apply_top_k_top_p, check_stop, make_generator
+from mini_vllm.engine.sequence import check_stop
+from mini_vllm.layers.sampler import Sampler, apply_top_k_top_p, make_generator
 from mini_vllm.sampling_params import SamplingParams
 
 sampler = Sampler()
@@ -79,6 +80,11 @@ def test_check_stop_rules():
     assert check_stop(2, 1, params, {2}) == "stop"
     assert check_stop(2, 1, dataclasses.replace(params, ignore_eos=True), {2}) is None
     assert check_stop(7, 3, params, {2}) == "length"
+    # The context limit: prompt + generated tokens reaching max_model_len ends the request,
+    # and EOS still comes first.
+    assert check_stop(7, 1, params, {2}, num_tokens=9, max_model_len=10) is None
+    assert check_stop(7, 1, params, {2}, num_tokens=10, max_model_len=10) == "length"
+    assert check_stop(2, 1, params, {2}, num_tokens=10, max_model_len=10) == "stop"
 
 
 def test_decode_loop_stops_on_eos_and_max_tokens(tiny):

@@ -208,9 +208,9 @@ def test_the_output_alone_gives_the_flat_inputs_of_the_forward():
 
 
 def test_uniform_decode_steps_replay_full_graphs_and_mixed_steps_piecewise():
-    from mini_vllm.capture_sizes import default_capture_sizes
-    from mini_vllm.config import CUDAGraphMode
-    from mini_vllm.cudagraph_dispatcher import CudagraphDispatcher
+    from mini_vllm.config.capture_sizes import default_capture_sizes
+    from mini_vllm.config.compilation import CUDAGraphMode
+    from mini_vllm.engine.cudagraph_dispatcher import CudagraphDispatcher
 
     sched, model = make(max_num_seqs=4, max_num_batched_tokens=32, max_model_len=64)
     dispatcher = CudagraphDispatcher(

@@ -1,7 +1,7 @@
 """The `simulate` command, and what the lab tests of the Phase 05 simulators do not cover.
 
 - `python -m mini_vllm simulate`: its table, its crossover line, its errors;
-- mini_vllm.cudagraph and mini_vllm.launch_overhead beyond the labs' behaviours;
+- mini_vllm.cudagraph and mini_vllm.teaching.launch_overhead beyond the labs' behaviours;
 - the labs' starters keep the reference's given code word for word, so a fix to the
   reference cannot leave a stale copy behind.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mini_vllm import cudagraph, launch_overhead
+from mini_vllm.teaching import cudagraph, launch_overhead
 from mini_vllm.__main__ import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,8 +190,8 @@ def _raises_todo(dump: str) -> bool:
 @pytest.mark.parametrize(
     "starter, reference",
     [
-        ("labs/lab-01-graph-replay-simulator/cudagraph.py", "mini_vllm/cudagraph.py"),
-        ("labs/lab-02-launch-overhead/launch_overhead.py", "mini_vllm/launch_overhead.py"),
+        ("labs/lab-01-graph-replay-simulator/cudagraph.py", "mini_vllm/teaching/cudagraph.py"),
+        ("labs/lab-02-launch-overhead/launch_overhead.py", "mini_vllm/teaching/launch_overhead.py"),
     ],
 )
 def test_starter_given_code_matches_the_reference(starter, reference):
@@ -202,7 +202,7 @@ def test_starter_given_code_matches_the_reference(starter, reference):
 
 
 def test_refit_matches_the_eager_step_and_prices_graph_nodes_from_the_eager_profile():
-    from mini_vllm.launch_overhead import GRAPH_NODE_GAP_US, kernel_gpu_us, refit_preset, simulate_step
+    from mini_vllm.teaching.launch_overhead import GRAPH_NODE_GAP_US, kernel_gpu_us, refit_preset, simulate_step
 
     refit = refit_preset("h100-smollm2-135m", eager_ms=15.0, num_kernels=484)
     assert abs(len(refit.kernels) - 484) <= refit.shape["layers"]

@@ -1,6 +1,6 @@
 """Lab 01 — a CUDA graph simulator: capture, replay, static buffers, one graph per shape.
 
-Your code. It mirrors mini_vllm/cudagraph.py (the reference), which mirrors
+Your code. It mirrors mini_vllm/teaching/cudagraph.py (the reference), which mirrors
 torch.cuda.CUDAGraph / `torch.cuda.graph` and vLLM's `CUDAGraphWrapper`
 (vllm/compilation/cuda_graph.py).
 

@@ -1,6 +1,6 @@
 """Lab 02 — launch overhead: when do CUDA graphs pay, and when do they stop paying?
 
-Your code. It mirrors mini_vllm/launch_overhead.py (the reference).
+Your code. It mirrors mini_vllm/teaching/launch_overhead.py (the reference).
 
 One decode step is a list of kernels. Draw it on two lanes: the CPU issues launches,
 the GPU executes kernels.
@@ -15,7 +15,7 @@ and the KV cache read grow with the batch. So at small batch the eager step is p
 by the CPU (launch-bound) and a graph helps a lot; at large batch both are paced by
 the GPU and the graph's gain shrinks.
 
-Given: the data classes and the presets (imported from mini_vllm.launch_overhead,
+Given: the data classes and the presets (imported from mini_vllm.teaching.launch_overhead,
 where the comments say where every number comes from), `step_time_us`,
 `simulate_step`, `sweep`, `render_ascii`. What you write, in this order:
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from mini_vllm.launch_overhead import (
+from mini_vllm.teaching.launch_overhead import (
     CPU,
     CROSSOVER_THRESHOLD,
     GPU,

@@ -1,6 +1,6 @@
 """Lab 03, part 1 — CUDAGraphMode and the downgrade rule (your code).
 
-Mirrors mini_vllm/config.py, which mirrors vllm/config/compilation.py and
+Mirrors mini_vllm/config/compilation.py, which mirrors vllm/config/compilation.py and
 `GPUModelRunner._check_and_update_cudagraph_mode` in vllm/v1/worker/gpu_model_runner.py.
 The member values are given; write the methods and `resolve_cudagraph_mode`.
 Run: pytest labs/lab-03-cudagraph-mode -k modes

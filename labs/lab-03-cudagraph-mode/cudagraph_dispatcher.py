@@ -1,6 +1,6 @@
 """Lab 03, part 2 — the CudagraphDispatcher (your code).
 
-Mirrors mini_vllm/cudagraph_dispatcher.py, which mirrors
+Mirrors mini_vllm/engine/cudagraph_dispatcher.py, which mirrors
 vllm/v1/cudagraph_dispatcher.py. Uses the reference CUDAGraphMode and
 BatchDescriptor, so this part does not depend on part 1.
 Run: pytest labs/lab-03-cudagraph-mode -k dispatch
@@ -8,7 +8,7 @@ Run: pytest labs/lab-03-cudagraph-mode -k dispatch
 
 from __future__ import annotations
 
-from mini_vllm.config import CUDAGraphMode
+from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.forward_context import BatchDescriptor
 
 __all__ = ["BatchDescriptor", "CUDAGraphMode", "CudagraphDispatcher"]

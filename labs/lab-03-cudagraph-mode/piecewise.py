@@ -1,6 +1,6 @@
 """Lab 03, part 3 — piecewise CUDA graphs in the simulator (your code).
 
-Mirrors `split_ops` and `PiecewiseGraphRunner` in mini_vllm/cudagraph.py, which mirror
+Mirrors `split_ops` and `PiecewiseGraphRunner` in mini_vllm/teaching/cudagraph.py, which mirror
 vLLM's `split_graph` (vllm/compilation/backends.py) and the PIECEWISE
 `CUDAGraphWrapper`s it puts around each piece (vllm/compilation/cuda_graph.py).
 

@@ -1,6 +1,6 @@
 """Lab 05 — the capture-size ladder (your code).
 
-Mirrors mini_vllm/capture_sizes.py: vLLM's default ladder
+Mirrors mini_vllm/config/capture_sizes.py: vLLM's default ladder
 (vllm/config/vllm.py, `VllmConfig._set_cudagraph_sizes`), the rung lookup the
 dispatcher pads with, and the accounting that tells you whether a ladder is good.
 Run: pytest labs/lab-05-capture-sizes

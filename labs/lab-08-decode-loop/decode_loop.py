@@ -1,6 +1,6 @@
 """Lab 08 — the decode loop (your code).
 
-Mirrors mini_vllm/decode_loop.py, plus `check_stop` and `apply_top_k_top_p` from
+Mirrors mini_vllm/teaching/decode_loop.py, plus `check_stop` and `apply_top_k_top_p` from
 mini_vllm/layers/sampler.py. One request, batch 1: prefill the prompt in one forward
 (which fills the KV cache and gives the first token), then one forward per new token
 against the cache, until an end-of-sequence token or `max_tokens`. Time the first
@@ -26,7 +26,7 @@ from mini_vllm.attention.contiguous import (
     ContiguousAttentionMetadata,
     allocate_contiguous_kv_caches,
 )
-from mini_vllm.config import CUDAGraphMode
+from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.forward_context import set_forward_context
 from mini_vllm.layers.attention import bind_kv_caches
 from mini_vllm.layers.sampler import Sampler, make_generator

@@ -21,7 +21,7 @@ from torch import nn
 
 from mini_vllm.attention.backend import AttentionBackend
 from mini_vllm.attention.contiguous import ContiguousAttentionMetadata, allocate_contiguous_kv_caches  # given
-from mini_vllm.config import AttentionCGSupport
+from mini_vllm.config.compilation import AttentionCGSupport
 
 # -- RMSNorm --------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Lab 12 — choose a capture ladder from a recorded trace (your code).
 
-Mirrors mini_vllm/ladder.py. vLLM takes its ladder as given (`cudagraph_capture_sizes`
+Mirrors mini_vllm/bench/ladder.py. vLLM takes its ladder as given (`cudagraph_capture_sizes`
 in vllm/config/compilation.py) and captures it in `GPUModelRunner.capture_model`;
 here you choose one from traffic and score it with the engine's own accounting
 (`CudagraphDispatcher.dispatch` and `EngineStats`).
@@ -13,9 +13,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from mini_vllm.capture_sizes import padded_size  # noqa: F401  (Phase 05's rung lookup: use it)
-from mini_vllm.config import CUDAGraphMode
-from mini_vllm.cudagraph_dispatcher import CudagraphDispatcher  # noqa: F401
+from mini_vllm.config.capture_sizes import padded_size  # noqa: F401  (Phase 05's rung lookup: use it)
+from mini_vllm.config.compilation import CUDAGraphMode
+from mini_vllm.engine.cudagraph_dispatcher import CudagraphDispatcher  # noqa: F401
 from mini_vllm.engine.stats import EngineStats, StepRecord  # noqa: F401
 
 DEFAULT_MIN_HIT_RATE = 0.92

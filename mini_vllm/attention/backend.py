@@ -3,7 +3,7 @@
 vLLM counterpart: vllm/attention/backends/abstract.py (`AttentionBackend`,
 `AttentionImpl.forward`) and the `cudagraph_support` class attribute of the metadata
 builders in vllm/v1/attention/backends/ (`AttentionCGSupport`, see
-mini_vllm/config.py). vLLM splits the static description (backend class) from the
+mini_vllm/config/compilation.py). vLLM splits the static description (backend class) from the
 per-layer object (impl); one object plays both parts here.
 
 A backend receives the new tokens' q, k, v as `[num_tokens, heads, head_dim]` views,
@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from mini_vllm.config import AttentionCGSupport
+from mini_vllm.config.compilation import AttentionCGSupport
 
 __all__ = ["AttentionBackend"]
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from mini_vllm.attention.backend import AttentionBackend
-from mini_vllm.config import AttentionCGSupport
+from mini_vllm.config.compilation import AttentionCGSupport
 
 __all__ = ["ContiguousAttentionBackend", "ContiguousAttentionMetadata", "allocate_contiguous_kv_caches"]
 

@@ -24,15 +24,15 @@ Hence `cudagraph_support = UNIFORM_SINGLE_TOKEN_DECODE`.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from mini_vllm import envs
 from mini_vllm.attention.backend import AttentionBackend
 from mini_vllm.attention.triton_decode import triton_available, triton_paged_decode, triton_write_kv
-from mini_vllm.config import AttentionCGSupport
+from mini_vllm.config.compilation import AttentionCGSupport
 from mini_vllm.layers.rotary_embedding import apply_deferred_rope
 
 __all__ = [
@@ -120,7 +120,7 @@ class PagedAttentionBackend(AttentionBackend):
         # (mini_vllm/attention/triton_decode.py) instead of a dozen torch ones.
         # MINI_VLLM_ATTENTION=torch keeps the plain torch path everywhere.
         if use_triton is None:
-            use_triton = os.environ.get("MINI_VLLM_ATTENTION", "auto") != "torch" and triton_available()
+            use_triton = envs.MINI_VLLM_ATTENTION != "torch" and triton_available()
         self.use_triton = use_triton
 
     def forward(self, q, k, v, kv_cache, metadata: PagedAttentionMetadata, output=None, rope=None):

@@ -1,6 +1,8 @@
-"""Benchmarks that the `python -m mini_vllm bench ...` sub-commands run.
+"""Measuring tools: the benchmarks of `python -m mini_vllm bench ...` and the ladder chooser.
 
 vLLM counterpart: vllm/benchmarks/ (latency.py, throughput.py, serve.py), reached
-through `vllm bench <latency|throughput|serve>`. Each module here holds the measuring
-code, importable on its own; mini_vllm/cli/bench.py only parses arguments.
+through `vllm bench <latency|throughput|serve>`. Each module holds its measuring code,
+importable on its own; mini_vllm/cli/bench.py only parses arguments. `engine.py` builds
+the engine every decode benchmark (and the scripts in scripts/gpu/) times;
+`ladder.py` chooses a capture ladder from a recorded batch-size trace (Phase 06).
 """

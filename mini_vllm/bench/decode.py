@@ -26,6 +26,9 @@ from datetime import date
 
 import torch
 
+from mini_vllm.bench.harness import transformers_twin
+from mini_vllm.utils import cpu_threads_context, synchronize
+
 __all__ = ["DecodeBenchResult", "format_markdown", "run_decode_bench"]
 
 DEFAULT_QUESTION = "What is the capital of France?"
@@ -66,29 +69,6 @@ class DecodeBenchResult:
         return self.ours_tokens_per_s / self.hf_tokens_per_s
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _hf_reference(model):
-    """transformers' LlamaForCausalLM holding exactly our weights."""
-    import transformers
-    from transformers import LlamaConfig as HFLlamaConfig
-    from transformers import LlamaForCausalLM as HFLlama
-
-    transformers.logging.set_verbosity_error()
-    weight = next(model.parameters())
-    hf_config = HFLlamaConfig(**model.config.to_hf_dict())
-    with torch.device(weight.device):
-        hf = HFLlama(hf_config).to(weight.dtype)
-    missing, unexpected = hf.load_state_dict(dict(model.hf_state_dict()), strict=False)
-    # A tied head is not in our export; transformers ties it to the embedding itself.
-    if unexpected or [k for k in missing if k != "lm_head.weight"]:
-        raise RuntimeError(f"weights did not map onto transformers' Llama: {missing} {unexpected}")
-    return hf.eval()
-
-
 def _prompt_ids(tokenizer, vocab_size: int, question: str, chat: bool) -> list[int]:
     if tokenizer is None:
         return [1 + (i * 7) % (vocab_size - 1) for i in range(32)]  # a fixed pseudo-prompt
@@ -111,7 +91,7 @@ def run_decode_bench(
     log=print,
     compile: bool = False,
 ) -> DecodeBenchResult:
-    from mini_vllm.decode_loop import generate
+    from mini_vllm.teaching.decode_loop import generate
     from mini_vllm.models.loader import load_model, resolve_device, resolve_dtype
     from mini_vllm.sampling_params import SamplingParams
 
@@ -123,7 +103,7 @@ def run_decode_bench(
         # traced once, so prefill lengths and the 1-token decode share one graph.
         from mini_vllm.compilation.compile_cache import inductor_cache_dir
         from mini_vllm.compilation.decorators import TorchCompileWrapper
-        from mini_vllm.config import CompilationMode
+        from mini_vllm.config.compilation import CompilationMode
 
         inductor_cache_dir()
         TorchCompileWrapper.attach(model.model, CompilationMode.DYNAMO_TRACE_ONCE)
@@ -135,10 +115,10 @@ def run_decode_bench(
                                warmup=warmup, threads=torch.get_num_threads(), compiled=compile)
 
     def ours() -> tuple[float, list[int]]:
-        _sync(dev)
+        synchronize(dev)
         start = time.perf_counter()
         out = generate(model, prompt, params)
-        _sync(dev)
+        synchronize(dev)
         elapsed = time.perf_counter() - start
         result.ours_ttft_s, result.ours_mean_itl_s = out.ttft_s, out.mean_itl_s
         return elapsed, out.token_ids
@@ -146,25 +126,19 @@ def run_decode_bench(
     hf = None
     if with_hf:
         log("loading the transformers reference with the same weights ...")
-        hf = _hf_reference(model)
+        hf = transformers_twin(model)
         input_ids = torch.tensor([prompt], device=dev)
         attention_mask = torch.ones_like(input_ids)
 
     def theirs(threads: int | None = None) -> tuple[float, list[int]]:
-        previous = torch.get_num_threads()
-        if threads is not None:
-            torch.set_num_threads(threads)
-        try:
-            with torch.inference_mode():
-                _sync(dev)
-                start = time.perf_counter()
-                out = hf.generate(input_ids, attention_mask=attention_mask, do_sample=False,
-                                  max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                  pad_token_id=config.eos_token_ids[0] if config.eos_token_ids else 0)
-                _sync(dev)
-                return time.perf_counter() - start, out[0, len(prompt):].tolist()
-        finally:
-            torch.set_num_threads(previous)
+        with torch.inference_mode(), cpu_threads_context(dev, threads):
+            synchronize(dev)
+            start = time.perf_counter()
+            out = hf.generate(input_ids, attention_mask=attention_mask, do_sample=False,
+                              max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                              pad_token_id=config.eos_token_ids[0] if config.eos_token_ids else 0)
+            synchronize(dev)
+            return time.perf_counter() - start, out[0, len(prompt):].tolist()
 
     control = hf is not None and dev.type == "cpu" and torch.get_num_threads() > 1
     for _ in range(warmup):

@@ -32,27 +32,10 @@ from datetime import date
 
 import torch
 
+from mini_vllm.bench.harness import check_modes, count_kernels, decode_engine, start_decoding, transformers_twin
+from mini_vllm.utils import synchronize
+
 __all__ = ["GraphDecodeReport", "format_graph_markdown", "run_graph_decode_bench"]
-
-MODES = {
-    "eager": dict(enforce_eager=True),
-    "full": dict(cudagraph_mode="full_decode_only"),
-    "piecewise": dict(cudagraph_mode="piecewise"),
-    "full_and_piecewise": dict(cudagraph_mode="full_and_piecewise"),
-    "compile": dict(cudagraph_mode="none", compilation_mode="vllm_compile"),
-    "compile+full": dict(cudagraph_mode="full_decode_only", compilation_mode="vllm_compile"),
-    "compile+piecewise": dict(cudagraph_mode="piecewise", compilation_mode="vllm_compile"),
-    "compile+full_and_piecewise": dict(cudagraph_mode="full_and_piecewise", compilation_mode="vllm_compile"),
-    "full+async": dict(cudagraph_mode="full_decode_only", async_scheduling=True),
-    "compile+full+async": dict(cudagraph_mode="full_decode_only", compilation_mode="vllm_compile",
-                               async_scheduling=True),
-    # The compiled modes without the fusion pass (which is on by default on CUDA): its own share.
-    "compile-nofusion+full": dict(cudagraph_mode="full_decode_only", compilation_mode="vllm_compile",
-                                  enable_fusion=False),
-    "compile-nofusion+full+async": dict(cudagraph_mode="full_decode_only", compilation_mode="vllm_compile",
-                                        async_scheduling=True, enable_fusion=False),
-}
-
 
 @dataclass
 class ModeResult:
@@ -83,11 +66,6 @@ class GraphDecodeReport:
     device_name: str = ""
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def measure_copy_bandwidth(device: torch.device, mib: int = 1024) -> float | None:
     """Bytes per second of a large device-to-device copy, reads plus writes."""
     if device.type != "cuda":
@@ -96,7 +74,7 @@ def measure_copy_bandwidth(device: torch.device, mib: int = 1024) -> float | Non
     dst = torch.empty_like(src)
     for _ in range(3):
         dst.copy_(src)
-    _sync(device)
+    synchronize(device)
     times = []
     for _ in range(10):
         start = torch.cuda.Event(enable_timing=True)
@@ -127,40 +105,18 @@ def decode_floor_bytes(model: torch.nn.Module, batch: int, context_len: int) -> 
 # ANCHOR_END: floor_bytes
 
 
-def _profile_kernels(device: torch.device, fn) -> tuple[int | None, float | None]:
-    """Run `fn()`; return the GPU kernels it executed (CUDA graphs' kernels included) and
-    their summed GPU time in ms, or (None, None) on CPU. Copies and memsets are not counted."""
-    if device.type != "cuda":
-        fn()
-        return None, None
-    from torch.profiler import ProfilerActivity, profile
-
-    _sync(device)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        fn()
-        _sync(device)
-    # One event per kernel the GPU ran, whoever launched it (a graph replay included).
-    kernels = [(e.name, e.time_range.elapsed_us()) for e in prof.events()
-               if e.device_type == torch.autograd.DeviceType.CUDA]
-    if not kernels:  # older/newer profilers keep GPU work only in the raw kineto records
-        kernels = [(e.name(), e.duration_ns() / 1000) for e in prof.profiler.kineto_results.events()
-                   if str(e.device_type()).endswith("CUDA")]
-    kernels = [(name, us) for name, us in kernels if "memcpy" not in name.lower() and "memset" not in name.lower()]
-    return len(kernels), sum(us for _, us in kernels) / 1000
-
-
 def _hf_step_ms(hf, batch: int, context_len: int, steps: int, vocab: int, device: torch.device) -> float:
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(3, vocab, (batch, context_len), generator=gen).to(device)
     mask = torch.ones_like(ids)
 
     def run(new: int) -> float:
-        _sync(device)
+        synchronize(device)
         start = time.perf_counter()
         with torch.inference_mode():
             hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
                         do_sample=False, pad_token_id=0)
-        _sync(device)
+        synchronize(device)
         return time.perf_counter() - start
 
     run(2)  # warm-up
@@ -184,39 +140,14 @@ def _hf_compiled_step_ms(hf, context_len: int, steps: int, vocab: int, device: t
         return None
 
 
-def _engine_for(model, mode: str, batch_sizes: list[int], context_len: int, new_tokens: int, device: str, dtype,
-                block_size: int):
-    """One engine per mode, for every batch size: graphs captured (and code compiled) once."""
-    from mini_vllm.engine.engine_config import EngineConfig
-    from mini_vllm.engine.llm_engine import LLMEngine
-
-    largest = max(batch_sizes)
-    config = EngineConfig(
-        model="(shared)", device=device, dtype=dtype, max_num_seqs=largest,
-        max_num_batched_tokens=max(largest * context_len, 256), max_model_len=context_len + new_tokens + 32,
-        block_size=block_size, cudagraph_capture_sizes=sorted(set(batch_sizes)), **MODES[mode],
-    )
-    return LLMEngine(config, model, tokenizer=None, capture_progress=False)
-
-
 def _new_tokens_per_request(steps: int, warmup: int) -> int:
     """Tokens a request must be allowed: warm-up, two timed passes, the profiled step, slack."""
     return 2 * steps + warmup + 16
 
 
 def _measure_batch(engine, batch: int, context_len: int, steps: int, warmup: int, device) -> ModeResult:
-    from mini_vllm.sampling_params import SamplingParams
-
     runner = engine.runner
-    vocab = engine.model.config.vocab_size
-    gen = torch.Generator().manual_seed(batch)
-    params = SamplingParams(temperature=0, max_tokens=_new_tokens_per_request(steps, warmup), ignore_eos=True)
-    for _ in range(batch):
-        engine.add_request(torch.randint(3, vocab, (context_len,), generator=gen).tolist(), params)
-    # Prefill (in one or more chunks) until every request decodes.
-    engine.step()
-    while not engine.stats.steps[-1].uniform_decode:
-        engine.step()
+    start_decoding(engine, batch, context_len, _new_tokens_per_request(steps, warmup))
     for _ in range(warmup):
         engine.step()
     # Whole steps first, then (on as many more steps) the forward alone: timing the
@@ -225,7 +156,7 @@ def _measure_batch(engine, batch: int, context_len: int, steps: int, warmup: int
     # A step's time is the gap between consecutive returns: a synchronous step ends
     # when its tokens are on the host, an async one when the previous step's are.
     step_s, forward_s, modes = [], [], set()
-    _sync(device)
+    synchronize(device)
     last = time.perf_counter()
     for _ in range(steps):
         engine.step()
@@ -240,7 +171,7 @@ def _measure_batch(engine, batch: int, context_len: int, steps: int, warmup: int
         modes.add(runner.last_step.runtime_mode)
     runner.time_forward = False
     recorded = len(engine.stats.steps)
-    kernels, kernel_ms = _profile_kernels(device, engine.step)
+    kernels, kernel_ms = count_kernels(device, engine.step)
     profiled = engine.stats.steps[recorded:]
     if len(profiled) != 1 or not profiled[0].uniform_decode or profiled[0].num_reqs != batch:
         raise RuntimeError("the profiled step was not a decode step of the whole batch (did requests finish?)")
@@ -256,10 +187,9 @@ def _measure_batch(engine, batch: int, context_len: int, steps: int, warmup: int
 
 
 def _measure_mode(model, mode: str, batch_sizes: list[int], context_len: int, steps: int, warmup: int,
-                  device, dtype, block_size: int, log) -> dict[int, ModeResult]:
+                  device, block_size: int, log) -> dict[int, ModeResult]:
     start = time.perf_counter()
-    engine = _engine_for(model, mode, batch_sizes, context_len, _new_tokens_per_request(steps, warmup), str(device),
-                         dtype, block_size)
+    engine = decode_engine(model, mode, batch_sizes, context_len, _new_tokens_per_request(steps, warmup), block_size)
     report, compiled = engine.runner.capture_report, engine.runner.compile_report
     log(f"{mode}: engine ready in {time.perf_counter() - start:.1f} s"
         + (f" ({compiled.line()})" if compiled else "")
@@ -293,12 +223,10 @@ def run_graph_decode_bench(
     log=print,
     compare_hf_compile: bool = False,
 ) -> GraphDecodeReport:
-    from mini_vllm.launch_overhead import refit_preset, simulate_step
+    from mini_vllm.teaching.launch_overhead import refit_preset, simulate_step
     from mini_vllm.models.loader import load_model, resolve_device, resolve_dtype
 
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
-        raise ValueError(f"unknown mode(s) {unknown}; choose from {', '.join(MODES)}")
+    check_modes(list(modes))
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     model, _, config = load_model(model_name, device=dev, dtype=dt, progress=False)
@@ -309,9 +237,7 @@ def run_graph_decode_bench(
     report.bandwidth_gbs = bandwidth / 1e9 if bandwidth else None
     hf = None
     if compare_hf:
-        from mini_vllm.bench.decode import _hf_reference
-
-        hf = _hf_reference(model)
+        hf = transformers_twin(model)
     # transformers is timed before and after our modes and its faster time is kept: a
     # host that is busier at one end of the run cannot flatter our ratio.
     hf_runs: dict[int, list[float]] = {batch: [] for batch in batch_sizes}
@@ -323,7 +249,7 @@ def run_graph_decode_bench(
     if hf is not None:
         time_hf()
     for mode in modes:
-        for batch, result in _measure_mode(model, mode, list(batch_sizes), context_len, steps, warmup, dev, dt,
+        for batch, result in _measure_mode(model, mode, list(batch_sizes), context_len, steps, warmup, dev,
                                            block_size, log).items():
             report.results[(batch, mode)] = result
     if hf is not None:
@@ -336,9 +262,7 @@ def run_graph_decode_bench(
         if bandwidth:
             report.floor_ms[batch] = decode_floor_bytes(model, batch, context_len) / bandwidth * 1000
     if compare_hf_compile and dev.type == "cuda":
-        from mini_vllm.bench.decode import _hf_reference
-
-        report.hf_compiled_ms = _hf_compiled_step_ms(_hf_reference(model), context_len, min(steps, 16),
+        report.hf_compiled_ms = _hf_compiled_step_ms(transformers_twin(model), context_len, min(steps, 16),
                                                      config.vocab_size, dev, log)
     # The simulator's SmolLM2 preset, refitted to this run's eager batch-1 forward.
     eager, full = report.results.get((1, "eager")), report.results.get((1, "full"))

@@ -20,9 +20,13 @@ from typing import Iterable
 
 import torch
 
+from mini_vllm.bench.harness import decode_engine, start_decoding
+from mini_vllm.utils import synchronize
+
 __all__ = [
     "ITLRow",
     "crossover_batch",
+    "decoding_engine",
     "format_table",
     "load_recorded",
     "measure_itl",
@@ -54,38 +58,24 @@ def time_decode_steps(engine, steps: int = 20, warmup: int = 3) -> list[float]:
     are *launched*, which is exactly the part graphs remove.
     """
     device = engine.runner.device
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda *a: None)
     for _ in range(warmup):
         engine.step()
     times = []
     for _ in range(steps):
-        sync(device)
+        synchronize(device)
         start = time.perf_counter()
         engine.step()
-        sync(device)
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return times
 # ANCHOR_END: time_decode_steps
 
 
-def _decode_engine(model, batch: int, context_len: int, steps: int, device: str, graphs: bool, mode: str):
-    from mini_vllm.engine.engine_config import EngineConfig
-    from mini_vllm.engine.llm_engine import LLMEngine
-    from mini_vllm.sampling_params import SamplingParams
-
-    config = EngineConfig(
-        model="(shared)", device=device, max_num_seqs=batch, max_num_batched_tokens=max(batch * context_len, 256),
-        max_model_len=context_len + steps + 8, enforce_eager=not graphs,
-        cudagraph_mode=mode if graphs else None, cudagraph_capture_sizes=[batch] if graphs else None,
-        dtype=str(next(model.parameters()).dtype).replace("torch.", ""),
-    )
-    engine = LLMEngine(config, model, capture_progress=False)
-    gen = torch.Generator().manual_seed(batch)
-    params = SamplingParams(temperature=0, max_tokens=steps, ignore_eos=True)
-    for _ in range(batch):
-        engine.add_request(torch.randint(3, model.config.vocab_size, (context_len,), generator=gen).tolist(), params)
-    while engine.scheduler.num_waiting or any(s.num_prefill_tokens for s in engine.stats.steps[-1:]) or not engine.stats.steps:
-        engine.step()  # prefill (in one or more chunks) until every request decodes
+def decoding_engine(model, batch: int, context_len: int, steps: int, mode: str):
+    """An engine (see mini_vllm/bench/harness.py) whose next `steps` steps decode `batch`
+    requests at once, each step on the graph captured for `batch` (mode "eager": none)."""
+    engine = decode_engine(model, mode, [batch], context_len, new_tokens=steps)
+    start_decoding(engine, batch, context_len, new_tokens=steps)
     return engine
 
 
@@ -105,7 +95,7 @@ def measure_itl(
     for batch in batch_sizes:
         medians = {}
         for graphs in (False, True):
-            engine = _decode_engine(model, batch, context_len, steps + 5, device, graphs, graph_mode)
+            engine = decoding_engine(model, batch, context_len, steps + 5, graph_mode if graphs else "eager")
             medians[graphs] = statistics.median(time_decode_steps(engine, steps=steps, warmup=3)) * 1000
             del engine
         rows.append(ITLRow(batch, eager_ms=medians[False], graph_ms=medians[True]))

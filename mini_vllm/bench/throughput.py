@@ -55,8 +55,7 @@ class ThroughputResult:
 def run_throughput_bench(model_name: str = "smollm2-135m-instruct", device: str = "cpu", num_prompts: int = 16,
                          new_tokens: int = 64, max_num_seqs: int = 16, with_hf: bool = True,
                          log=print) -> ThroughputResult:
-    from mini_vllm.bench.decode import _hf_reference
-    from mini_vllm.decode_loop import cpu_threads_context
+    from mini_vllm.bench.harness import transformers_twin
     from mini_vllm.llm import LLM
     from mini_vllm.sampling_params import SamplingParams
 
@@ -81,10 +80,10 @@ def run_throughput_bench(model_name: str = "smollm2-135m-instruct", device: str 
     result = ThroughputResult(model_name, device, num_prompts, new_tokens, sum(map(len, prompts)), ours_s, None,
                               max_num_seqs)
     if with_hf:
-        hf = _hf_reference(llm.engine.model)
+        hf = transformers_twin(llm.engine.model)
         dev = next(hf.parameters()).device
         same = 0
-        with torch.inference_mode(), cpu_threads_context(dev, None):
+        with torch.inference_mode():
             hf.generate(torch.tensor([prompts[0]], device=dev), max_new_tokens=4, do_sample=False, pad_token_id=0)
             start = time.perf_counter()
             for prompt, ours in zip(prompts, outputs):

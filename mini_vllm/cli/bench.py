@@ -77,13 +77,12 @@ def _run_decode(args: argparse.Namespace) -> int:
 
 
 def _run_decode_graphs(args: argparse.Namespace) -> int:
-    from mini_vllm.bench.decode_graphs import MODES, format_graph_markdown, run_graph_decode_bench
+    from mini_vllm.bench.decode_graphs import format_graph_markdown, run_graph_decode_bench
+    from mini_vllm.bench.harness import check_modes
     from mini_vllm.errors import UserError
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
-    if unknown or not modes:
-        raise UserError(f"unknown mode(s) {unknown}; choose from {', '.join(MODES)}")
+    check_modes(modes)
     try:
         batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     except ValueError:

@@ -2,7 +2,7 @@
 
 vLLM counterpart: examples/offline_inference/basic/generate.py with
 vllm/entrypoints/llm.py (`LLM.generate`, `LLM.chat`). With one prompt this runs Phase
-00's decode loop (mini_vllm/decode_loop.py), prints the text as it is produced, then
+00's decode loop (mini_vllm/teaching/decode_loop.py), prints the text as it is produced, then
 TTFT, the mean inter-token latency and tokens/s. With several prompts it serves them
 all at once through the engine (`mini_vllm.LLM`: paged KV cache, continuous batching)
 and prints each answer, then the engine's statistics.
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     resolve_device(args.device)  # fail on a missing GPU before loading anything
 
-    from mini_vllm.decode_loop import generate
+    from mini_vllm.teaching.decode_loop import generate
     from mini_vllm.models.loader import load_model
     from mini_vllm.tokenizer import default_tokenizer
 

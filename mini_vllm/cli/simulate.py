@@ -2,7 +2,7 @@
 
 Prints, for each batch size, the eager and graph step time, the speedup and the
 launches per step, then the crossover batch size past which graphs stop paying.
-The model and its presets live in mini_vllm/launch_overhead.py.
+The model and its presets live in mini_vllm/teaching/launch_overhead.py.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def parse_batch_sizes(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mini_vllm import launch_overhead as lo
+    from mini_vllm.teaching import launch_overhead as lo
 
     if args.preset not in lo.PRESETS:
         raise UserError(f"unknown preset {args.preset!r}; choose one of: {', '.join(sorted(lo.PRESETS))}")

@@ -25,7 +25,7 @@ from mini_vllm.compilation.decorators import TorchCompileWrapper
 from mini_vllm.compilation.graph_backend import GraphBackend
 from mini_vllm.compilation.piecewise_backend import CompileStats, PiecewiseCompileBackend
 from mini_vllm.compilation.split import SplitItem, is_attention_node, split_graph, trace_with_opaque_attention
-from mini_vllm.config import CompilationMode, CUDAGraphMode
+from mini_vllm.config.compilation import CompilationMode, CUDAGraphMode
 
 __all__ = ["GraphForward", "build_graph_forward", "wrap_pieces"]
 

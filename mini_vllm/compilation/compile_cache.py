@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from mini_vllm.config import CompilationMode
+from mini_vllm.config.compilation import CompilationMode
 
 __all__ = ["CompileReport", "compile_and_record", "inductor_cache_dir"]
 

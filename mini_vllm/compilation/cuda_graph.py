@@ -28,7 +28,7 @@ import torch
 from mini_vllm.compilation.cpu_graph import CallableGraph
 from mini_vllm.compilation.graph_backend import GraphBackend
 from mini_vllm.compilation.monitor import validate_cudagraph_capturing_enabled
-from mini_vllm.config import CUDAGraphMode
+from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.forward_context import BatchDescriptor, get_forward_context
 
 __all__ = ["CUDAGraphEntry", "CUDAGraphWrapper", "GraphCounters"]

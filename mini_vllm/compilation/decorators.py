@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 
 from mini_vllm.compilation.piecewise_backend import CompileStats, inductor_compile
-from mini_vllm.config import CompilationMode
+from mini_vllm.config.compilation import CompilationMode
 from mini_vllm.layers.tracing import use_custom_ops
 
 __all__ = ["TorchCompileWrapper", "support_torch_compile"]

@@ -35,7 +35,7 @@ from mini_vllm.compilation.cuda_graph import CUDAGraphWrapper, GraphCounters
 from mini_vllm.compilation.fusion import run_fusion_passes
 from mini_vllm.compilation.graph_backend import GraphBackend
 from mini_vllm.compilation.split import SplitItem, is_attention_node, split_graph
-from mini_vllm.config import CUDAGraphMode
+from mini_vllm.config.compilation import CUDAGraphMode
 
 __all__ = ["CompileStats", "PiecewiseCompileBackend", "inductor_compile"]
 

@@ -1,7 +1,8 @@
-"""The engine core: requests, the paged-KV block manager and the scheduler (Phases 02–03).
+"""The engine: requests in, steps of the model, tokens out (Phases 02-05).
 
-vLLM counterpart: vllm/v1/core/ (the scheduler and the KV cache manager) and
-vllm/v1/request.py. Import from the modules themselves
-(`mini_vllm.engine.sequence`, `.block_manager`, `.scheduler`); this package root
+vLLM counterpart: vllm/v1/ (core/sched/ for the scheduler, core/kv_cache_manager.py for
+the block manager, request.py, worker/gpu_model_runner.py, cudagraph_dispatcher.py,
+engine/ for the loop). Import from the modules themselves
+(`mini_vllm.engine.sequence`, `.block_manager`, `.scheduler`, ...); this package root
 imports nothing, so importing one piece never drags in the others.
 """

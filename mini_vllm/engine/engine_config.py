@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from mini_vllm.config import CompilationMode, CUDAGraphMode
+from mini_vllm.config.compilation import CompilationMode, CUDAGraphMode
 from mini_vllm.engine.scheduler_config import SchedulerConfig
 
 __all__ = ["EngineConfig"]

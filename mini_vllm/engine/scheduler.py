@@ -28,7 +28,7 @@ So a step mixes decodes and prefill chunks freely ("mixed" batches). The batches
 where every scheduled request decodes exactly one token and none is in prefill are
 *uniform decode*: `SchedulerOutput.is_uniform_decode` is True for them, and only
 they may replay the uniform-decode FULL CUDA graphs of FULL_AND_PIECEWISE or
-FULL_DECODE_ONLY (Phase 05, mini_vllm/cudagraph_dispatcher.py); mixed batches go to
+FULL_DECODE_ONLY (Phase 05, mini_vllm/engine/cudagraph_dispatcher.py); mixed batches go to
 PIECEWISE graphs or run eagerly.
 
 `update_from_output(output, sampled_token_ids)` then advances `num_computed_tokens`
@@ -47,7 +47,7 @@ from typing import Hashable, Iterable, Sequence as SequenceT
 from mini_vllm.engine.block_manager import BlockManager
 from mini_vllm.engine.scheduler_config import SchedulerConfig
 from mini_vllm.engine.scheduler_output import ScheduledSequence, SchedulerOutput
-from mini_vllm.engine.sequence import FinishReason, Sequence, SequenceStatus, as_token_id
+from mini_vllm.engine.sequence import FinishReason, Sequence, SequenceStatus, as_token_id, check_stop
 
 __all__ = ["Scheduler", "ScheduledSequence", "SchedulerConfig", "SchedulerOutput"]
 
@@ -307,15 +307,10 @@ class Scheduler:
 
     # ANCHOR: stop_reason
     def _stop_reason(self, seq: Sequence, token: int) -> FinishReason | None:
-        # EOS first, then the length caps: the order of vLLM's check_stop.
-        # (Tokens still in flight under async scheduling do not count yet.)
-        if token in self.eos_token_ids and not seq.sampling_params.ignore_eos:
-            return FinishReason.STOP
-        if seq.num_output_tokens - seq.num_output_placeholders >= seq.sampling_params.max_tokens:
-            return FinishReason.LENGTH
-        if seq.num_tokens - seq.num_output_placeholders >= self.config.max_model_len:
-            return FinishReason.LENGTH
-        return None
+        # Tokens still in flight under async scheduling (placeholders) do not count yet.
+        pending = seq.num_output_placeholders
+        return check_stop(token, seq.num_output_tokens - pending, seq.sampling_params, self.eos_token_ids,
+                          num_tokens=seq.num_tokens - pending, max_model_len=self.config.max_model_len)
     # ANCHOR_END: stop_reason
 
     def __repr__(self) -> str:

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import enum
 import operator
-from typing import Hashable, Iterable
+from typing import Collection, Hashable, Iterable
 
 from mini_vllm.sampling_params import SamplingParams
 
-__all__ = ["FinishReason", "PLACEHOLDER", "Sequence", "SequenceStatus"]
+__all__ = ["FinishReason", "PLACEHOLDER", "Sequence", "SequenceStatus", "check_stop"]
 
 # The token id of a place reserved for a token not sampled yet (async scheduling). Never
 # a real id: the runner feeds that row from the previous step's samples on the device.
@@ -37,10 +37,40 @@ class SequenceStatus(enum.Enum):
     FINISHED = "finished"  # done for good (see finish_reason); holds no blocks
 
 
-class FinishReason(enum.Enum):
+class FinishReason(str, enum.Enum):
+    """Why a request ended. Each member is also its plain string: `FinishReason.STOP == "stop"`."""
+
     STOP = "stop"  # sampled the EOS token (and ignore_eos is off)
     LENGTH = "length"  # reached max_tokens, or max_model_len
     ERROR = "error"  # can never run: too long for the model or for the whole KV cache
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# ANCHOR: check_stop
+def check_stop(
+    token_id: int,
+    num_generated: int,
+    params: SamplingParams,
+    eos_token_ids: Collection[int],
+    num_tokens: int | None = None,
+    max_model_len: int | None = None,
+) -> FinishReason | None:
+    """Why a request stops after appending `token_id`, its `num_generated`-th new token, or None.
+
+    STOP: an end-of-sequence token (unless `ignore_eos`); LENGTH: `max_tokens` new tokens,
+    or `num_tokens` (prompt + generated) has reached `max_model_len`. EOS is checked
+    first, so an EOS on the last allowed token is a STOP: the order of vLLM's `check_stop`.
+    """
+    if not params.ignore_eos and token_id in eos_token_ids:
+        return FinishReason.STOP
+    if num_generated >= params.max_tokens:
+        return FinishReason.LENGTH
+    if max_model_len is not None and num_tokens is not None and num_tokens >= max_model_len:
+        return FinishReason.LENGTH
+    return None
+# ANCHOR_END: check_stop
 
 
 def as_token_id(value: object) -> int:

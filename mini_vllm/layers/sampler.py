@@ -1,9 +1,9 @@
-"""From logits to the next token of each sequence, and the rule for when a sequence stops.
+"""From logits to the next token of each sequence.
 
 vLLM counterpart: vllm/v1/sample/sampler.py (`Sampler.forward`: temperature, then
 top-k/top-p, then a random draw or argmax), vllm/v1/sample/ops/topk_topp_sampler.py
-(`apply_top_k_top_p`, `random_sample`) and vllm/v1/core/sched/utils.py
-(`check_stop`). nano-vllm: nanovllm/layers/sampler.py.
+(`apply_top_k_top_p`, `random_sample`). nano-vllm: nanovllm/layers/sampler.py. When a
+sequence stops is decided after the sample, by `check_stop` in mini_vllm/engine/sequence.py.
 
 One row of logits per sequence, each with its own `SamplingParams` and, for a seeded
 request, its own `torch.Generator`, so a request's tokens do not depend on what else
@@ -21,7 +21,7 @@ from torch import nn
 
 from mini_vllm.sampling_params import SamplingParams
 
-__all__ = ["Sampler", "apply_top_k_top_p", "check_stop", "make_generator"]
+__all__ = ["Sampler", "apply_top_k_top_p", "make_generator"]
 
 
 def make_generator(params: SamplingParams, device: torch.device | str) -> torch.Generator | None:
@@ -94,18 +94,3 @@ class Sampler(nn.Module):
         is_greedy = torch.tensor([p.greedy for p in params], device=device)
         return torch.where(is_greedy, greedy_tokens, sampled)
     # ANCHOR_END: sampling
-
-
-# ANCHOR: check_stop
-def check_stop(token_id: int, num_generated: int, params: SamplingParams,
-               eos_token_ids: Sequence[int] | frozenset[int]) -> str | None:
-    """The finish reason after appending `token_id` (the `num_generated`-th new token), or None.
-
-    "stop": an end-of-sequence token (unless `ignore_eos`); "length": `max_tokens` reached.
-    """
-    if not params.ignore_eos and token_id in eos_token_ids:
-        return "stop"
-    if num_generated >= params.max_tokens:
-        return "length"
-    return None
-# ANCHOR_END: check_stop

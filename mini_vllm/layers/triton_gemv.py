@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 
 import torch
 import torch.nn.functional as F
+
+from mini_vllm import envs
 
 try:
     import triton
@@ -163,13 +164,10 @@ _PLAIN, _RMS_NORM, _ADD_RMS_NORM, _SILU_AND_MUL = 0, 1, 2, 3
 
 # Programmatic dependent launch (CUDA 12, Hopper on): a kernel launched with it may start
 # before the one ahead of it in the stream has finished, up to its `gdc_wait`. Kept
-# switchable (MINI_VLLM_PDL=0) so that its effect can be measured.
-PDL_ENABLED = os.environ.get("MINI_VLLM_PDL", "1") != "0"
-
-
+# switchable (MINI_VLLM_PDL=0) so that its effect can be measured; read once per device.
 @functools.lru_cache(maxsize=None)
 def pdl_supported(device: torch.device) -> bool:
-    return (PDL_ENABLED and triton is not None and hasattr(tl.extra.cuda, "gdc_wait")
+    return (envs.MINI_VLLM_PDL and triton is not None and hasattr(tl.extra.cuda, "gdc_wait")
             and torch.cuda.get_device_capability(device)[0] >= 9)
 
 

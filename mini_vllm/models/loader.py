@@ -25,6 +25,7 @@ import torch
 from mini_vllm.errors import UserError
 from mini_vllm.models.config import MODEL_CONFIGS, LlamaConfig, get_model_config
 from mini_vllm.models.llama import LlamaForCausalLM
+from mini_vllm.utils import cpu_threads_context
 
 __all__ = ["DEFAULT_MODEL", "load_model", "model_names", "random_init", "resolve_device", "resolve_dtype"]
 
@@ -128,19 +129,6 @@ def _load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype):
     return model, tokenizer, config
 
 
-@contextlib.contextmanager
-def _single_cpu_thread() -> Iterator[None]:
-    """Loading is copies into fresh memory, bound by page faults, not arithmetic. On the
-    course's 2-core VM a second OpenMP thread only adds wake-up stalls (a copy of a
-    few MB measured 5 ms alone, up to 24 ms with two threads)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def load_model(
     name_or_path: str | Path = DEFAULT_MODEL,
     device: str | torch.device = "cpu",
@@ -155,7 +143,10 @@ def load_model(
     """
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
-    with _single_cpu_thread():
+    # Loading is copies into fresh memory, bound by page faults, not arithmetic. On the
+    # course's 2-core VM a second OpenMP thread only adds wake-up stalls (a copy of a few
+    # MB measured 5 ms alone, up to 24 ms with two threads): load on one thread.
+    with cpu_threads_context("cpu", 1):
         return _load_model(str(name_or_path), device, dtype, seed, progress)
 
 

@@ -28,6 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
+from mini_vllm import envs
+
 __all__ = ["CACHE_FORMAT", "cache_root", "converted_smollm2_dir", "publish_atomically"]
 
 # Bump when the converted layout changes, so old entries are not read by new code.
@@ -35,8 +37,8 @@ CACHE_FORMAT = 3  # 3: every CPU matrix column-major
 
 
 def cache_root() -> Path:
-    root = os.environ.get("MINI_VLLM_CACHE")
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "mini_vllm"
+    """The cache directory: `$MINI_VLLM_CACHE`, or ~/.cache/mini_vllm."""
+    return envs.MINI_VLLM_CACHE
 
 
 @contextlib.contextmanager

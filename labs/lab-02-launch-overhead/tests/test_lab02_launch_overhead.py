@@ -3,7 +3,7 @@
 import pytest
 from labkit import implementation
 
-impl = implementation(__file__, starter="launch_overhead.py", reference="mini_vllm.launch_overhead")
+impl = implementation(__file__, starter="launch_overhead.py", reference="mini_vllm.teaching.launch_overhead")
 
 LLAMA = "h100-llama3.1-8b"
 SMOLLM2 = "h100-smollm2-135m"

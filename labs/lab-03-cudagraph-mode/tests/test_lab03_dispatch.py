@@ -4,7 +4,7 @@ import pytest
 from labkit import implementation
 
 impl = implementation(
-    __file__, starter="cudagraph_dispatcher.py", reference="mini_vllm.cudagraph_dispatcher"
+    __file__, starter="cudagraph_dispatcher.py", reference="mini_vllm.engine.cudagraph_dispatcher"
 )
 M = impl.CUDAGraphMode
 BD = impl.BatchDescriptor

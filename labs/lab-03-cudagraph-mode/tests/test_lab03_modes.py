@@ -3,7 +3,7 @@
 import pytest
 from labkit import implementation
 
-impl = implementation(__file__, starter="config.py", reference="mini_vllm.config")
+impl = implementation(__file__, starter="config.py", reference="mini_vllm.config.compilation")
 M = impl.CUDAGraphMode
 S = impl.AttentionCGSupport
 

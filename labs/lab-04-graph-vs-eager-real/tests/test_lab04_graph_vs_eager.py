@@ -40,11 +40,11 @@ def test_recorded_h100_run_graphs_win_big_at_batch_1_and_less_at_64():
 
 @pytest.mark.gpu
 def test_time_decode_steps_returns_one_positive_time_per_step():
-    from mini_vllm.bench.itl import _decode_engine
+    from mini_vllm.bench.itl import decoding_engine
     from mini_vllm.models.loader import load_model
 
     model, _, _ = load_model("smollm2-135m", device="cuda", progress=False)
-    engine = _decode_engine(model, 1, 128, 40, "cuda", True, "full_and_piecewise")
+    engine = decoding_engine(model, 1, 128, 40, "full_and_piecewise")
     times = impl.time_decode_steps(engine, steps=10, warmup=2)
     assert len(times) == 10 and all(t > 0 for t in times)
     assert engine.stats.steps[-1].runtime_mode == "FULL"
@@ -73,6 +73,6 @@ def test_real_vllm_enforce_eager_is_slower_at_batch_1(tmp_path):
 
 def _save_hf_dir(model, path):
     """Our random SmolLM2-shaped weights as a Hugging Face directory vLLM can load."""
-    from mini_vllm.bench.decode import _hf_reference
+    from mini_vllm.bench.harness import transformers_twin
 
-    _hf_reference(model).save_pretrained(path)
+    transformers_twin(model).save_pretrained(path)

@@ -3,7 +3,7 @@
 import pytest
 from labkit import implementation
 
-impl = implementation(__file__, starter="capture_sizes.py", reference="mini_vllm.capture_sizes")
+impl = implementation(__file__, starter="capture_sizes.py", reference="mini_vllm.config.capture_sizes")
 
 
 def default_ladder():

@@ -22,7 +22,7 @@ from mini_vllm.attention.contiguous import (
     ContiguousAttentionMetadata,
     allocate_contiguous_kv_caches,
 )
-from mini_vllm.config import CUDAGraphMode
+from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.forward_context import get_forward_context, set_forward_context
 from mini_vllm.layers.attention import attention_layers, bind_kv_caches
 from mini_vllm.models.loader import load_model
@@ -30,7 +30,7 @@ from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.tokenizer import ByteTokenizer
 
 impl = implementation(__file__, starter="decode_loop.py",
-                      reference=["mini_vllm.layers.sampler", "mini_vllm.decode_loop"])
+                      reference=["mini_vllm.layers.sampler", "mini_vllm.engine.sequence", "mini_vllm.teaching.decode_loop"])
 
 EOS = 257  # the tiny model's end-of-sequence id
 PROMPT = [256, 72, 101, 108, 108, 111, 44, 32, 119]  # BOS + "Hello, w" as bytes

@@ -15,7 +15,7 @@ import torch
 from labkit import implementation
 
 from mini_vllm.attention.contiguous import ContiguousAttentionBackend as ReferenceBackend
-from mini_vllm.config import CUDAGraphMode
+from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.forward_context import set_forward_context
 from mini_vllm.layers.attention import bind_kv_caches
 from mini_vllm.models.loader import load_model

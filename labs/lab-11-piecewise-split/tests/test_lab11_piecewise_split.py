@@ -22,7 +22,7 @@ import mini_vllm.compilation.attention_op  # noqa: F401  (registers torch.ops.mi
 from mini_vllm.attention.paged import PagedAttentionBackend, PagedAttentionMetadata, allocate_paged_kv_caches
 from mini_vllm.compilation.attention_op import register_attention_layers
 from mini_vllm.compilation.split import trace_with_opaque_attention as course_trace
-from mini_vllm.config import CUDAGraphMode
+from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.forward_context import set_forward_context
 from mini_vllm.layers.attention import Attention, attention_layers, bind_kv_caches
 from mini_vllm.models.loader import load_model

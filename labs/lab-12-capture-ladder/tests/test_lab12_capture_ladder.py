@@ -8,7 +8,7 @@ from labkit import implementation, lab_dir_of
 
 from mini_vllm.engine.stats import EngineStats, StepRecord
 
-impl = implementation(__file__, starter="ladder.py", reference="mini_vllm.ladder")
+impl = implementation(__file__, starter="ladder.py", reference="mini_vllm.bench.ladder")
 
 RECORDED = json.loads((lab_dir_of(__file__) / "data" / "trace.json").read_text())
 TRACE = RECORDED["decode_batch_sizes"]
@@ -144,7 +144,7 @@ def test_empty_trace_is_an_error():
 
 def test_the_real_engine_replays_the_chosen_ladder_at_92_percent():
     from mini_vllm.llm import LLM
-    from mini_vllm.ladder import make_workload, run_workload
+    from mini_vllm.bench.ladder import make_workload, run_workload
 
     ladder = impl.choose_ladder(TRACE, 6)
     llm = LLM("tiny", device="cpu", dtype="float32", max_num_seqs=64,

@@ -7,8 +7,8 @@ time `dispatch` pads the batch to a rung and looks its key up in a fixed order.
 
 from __future__ import annotations
 
-from mini_vllm.capture_sizes import padded_size
-from mini_vllm.config import CUDAGraphMode
+from mini_vllm.config.capture_sizes import padded_size
+from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.forward_context import BatchDescriptor
 
 __all__ = ["CudagraphDispatcher"]

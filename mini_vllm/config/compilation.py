@@ -11,16 +11,7 @@ from __future__ import annotations
 
 import enum
 
-from mini_vllm.capture_sizes import default_capture_sizes, normalize_capture_sizes
-
-__all__ = [
-    "AttentionCGSupport",
-    "CUDAGraphMode",
-    "CompilationMode",
-    "default_capture_sizes",
-    "normalize_capture_sizes",
-    "resolve_cudagraph_mode",
-]
+__all__ = ["AttentionCGSupport", "CUDAGraphMode", "CompilationMode", "resolve_cudagraph_mode"]
 
 
 def _parse_member(enum_cls: type[enum.Enum], name: "str | enum.Enum | int"):

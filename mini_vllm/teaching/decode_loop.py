@@ -29,10 +29,9 @@ added wake-ups.)
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -41,13 +40,15 @@ from mini_vllm.attention.contiguous import (
     ContiguousAttentionMetadata,
     allocate_contiguous_kv_caches,
 )
-from mini_vllm.config import CUDAGraphMode
+from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.errors import UserError
 from mini_vllm.forward_context import set_forward_context
 from mini_vllm.layers.attention import bind_kv_caches
-from mini_vllm.layers.sampler import Sampler, check_stop, make_generator
+from mini_vllm.engine.sequence import FinishReason, check_stop
+from mini_vllm.layers.sampler import Sampler, make_generator
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.tokenizer import IncrementalDetokenizer, TokenizerLike
+from mini_vllm.utils import cpu_threads_context, synchronize
 
 __all__ = ["GenerationResult", "full_forward_logits", "generate", "generate_lockstep", "run_model_step"]
 
@@ -58,7 +59,7 @@ class GenerationResult:
     prompt_token_ids: list[int]
     token_ids: list[int] = field(default_factory=list)
     text: str = ""
-    finish_reason: str | None = None  # "stop" (EOS) or "length" (max_tokens or context full)
+    finish_reason: FinishReason | None = None  # STOP (EOS) or LENGTH (max_tokens or context full)
     ttft_s: float = 0.0  # request start -> first token sampled (prefill + sampling)
     itl_s: list[float] = field(default_factory=list)  # gaps between consecutive tokens
 # ANCHOR_END: generation_result
@@ -84,34 +85,6 @@ class GenerationResult:
     def decode_tokens_per_s(self) -> float:
         """Decode speed alone: one token per inter-token gap."""
         return len(self.itl_s) / sum(self.itl_s) if self.itl_s else 0.0
-
-
-def _sync(device: torch.device) -> None:
-    # GPU work is asynchronous: without a sync the clock would stop before it ends.
-    # (`.tolist()` on the sampled ids syncs anyway; this keeps timings honest if not.)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _resolve_cpu_threads(threads: int | str | None) -> int | None:
-    if threads == "auto":
-        return None  # every core: see the module docstring
-    return threads  # type: ignore[return-value]
-
-
-@contextlib.contextmanager
-def cpu_threads_context(device: torch.device, threads: int | str | None) -> Iterator[None]:
-    """Run the block with `threads` intra-op threads (CPU only; None: leave as is)."""
-    threads = _resolve_cpu_threads(threads)
-    if device.type != "cpu" or threads is None or threads == torch.get_num_threads():
-        yield
-        return
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 # ANCHOR: run_model_step
@@ -207,9 +180,8 @@ def generate_lockstep(
                 continue
             result = results[i]
             result.token_ids.append(token_id)
-            reason = check_stop(token_id, result.num_generated, params_list[i], eos_ids)
-            if reason is None and prompt_len + result.num_generated >= limit:
-                reason = "length"  # prompt + output reached the context limit (vLLM's check_stop)
+            reason = check_stop(token_id, result.num_generated, params_list[i], eos_ids,
+                                num_tokens=prompt_len + result.num_generated, max_model_len=limit)
             if reason is not None:
                 finished[i], result.finish_reason = True, reason
             delta = ""
@@ -228,7 +200,7 @@ def generate_lockstep(
                                     ContiguousAttentionMetadata.prefill(batch, prompt_len), last_rows)
             next_ids = sampler(logits, params_list, generators)
             token_list = next_ids.tolist()  # waits for the device: the first token exists now
-            _sync(device)
+            synchronize(device)
             now = time.perf_counter()
             # ANCHOR_END: prefill
             for result in results:
@@ -246,7 +218,7 @@ def generate_lockstep(
                 next_ids = sampler(logits, params_list, generators)
                 token_list = next_ids.tolist()
                 # ANCHOR_END: decode_step
-                _sync(device)
+                synchronize(device)
                 now = time.perf_counter()
                 for i, result in enumerate(results):
                     if not finished[i]:

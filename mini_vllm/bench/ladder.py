@@ -16,7 +16,7 @@ padded token counts and the runtime mode (vllm/compilation/cuda_graph.py,
 3. choose the ladder with the least padding that keeps the decode graph hit rate above
    a target with at most N graphs (`choose_ladder`).
 
-    .venv/bin/python -m mini_vllm.ladder --out labs/lab-12-capture-ladder/data/trace.json
+    .venv/bin/python -m mini_vllm.bench.ladder --out labs/lab-12-capture-ladder/data/trace.json
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from mini_vllm.capture_sizes import padding_waste
-from mini_vllm.config import CUDAGraphMode
-from mini_vllm.cudagraph_dispatcher import CudagraphDispatcher
+from mini_vllm.config.capture_sizes import padding_waste
+from mini_vllm.config.compilation import CUDAGraphMode
+from mini_vllm.engine.cudagraph_dispatcher import CudagraphDispatcher
 from mini_vllm.engine.stats import EngineStats, StepRecord
 
 __all__ = [
@@ -399,10 +399,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = record_trace(args.requests, args.seed)
     meta = {
-        "command": f"python -m mini_vllm.ladder --out {args.out} --requests {args.requests} --seed {args.seed}",
+        "command": f"python -m mini_vllm.bench.ladder --out {args.out} --requests {args.requests} --seed {args.seed}",
         "model": "tiny",
         "engine": RECORD_ENGINE,
-        "workload": {"function": "mini_vllm.ladder.make_workload", "num_requests": args.requests, "seed": args.seed},
+        "workload": {"function": "mini_vllm.bench.ladder.make_workload", "num_requests": args.requests, "seed": args.seed},
     }
     save_trace(run, args.out, meta)
     trace = run.decode_batch_sizes

@@ -1,0 +1,67 @@
+"""Every environment switch mini_vllm reads, in one place, each read when it is used.
+
+vLLM counterpart: vllm/envs.py (one table of `VLLM_*` variables with their parsers, read
+through the module's `__getattr__`, so that a value set after import is still seen).
+Read them as attributes: `from mini_vllm import envs; envs.MINI_VLLM_PDL`.
+
+    MINI_VLLM_CACHE      where converted weights and compiled artifacts are kept
+                         (default: ~/.cache/mini_vllm)
+    MINI_VLLM_ATTENTION  "auto" (default): the paged backend runs its Triton kernels on CUDA;
+                         "torch": the plain torch path everywhere
+    MINI_VLLM_PDL        "1" (default): the Triton kernels use programmatic dependent launch
+                         where the GPU has it (Hopper on); "0": never
+    MINI_VLLM_DEBUG      "1": the command line shows the traceback of a user error too
+
+Outside the package: the labs read MINI_VLLM_IMPL and MINI_VLLM_STARTER_DIR
+(labs/labkit.py), the set-up script MINI_VLLM_VENV and MINI_VLLM_TORCH_SPEC
+(scripts/bootstrap.py).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from mini_vllm.errors import UserError
+
+if TYPE_CHECKING:
+    MINI_VLLM_CACHE: Path = Path.home() / ".cache" / "mini_vllm"
+    MINI_VLLM_ATTENTION: str = "auto"
+    MINI_VLLM_PDL: bool = True
+    MINI_VLLM_DEBUG: bool = False
+
+
+def _choice(name: str, default: str, allowed: tuple[str, ...]) -> Callable[[], str]:
+    def read() -> str:
+        value = os.environ.get(name, default).strip().lower() or default
+        if value not in allowed:
+            raise UserError(f"{name}={value!r} is not understood; set it to one of: {', '.join(allowed)}")
+        return value
+
+    return read
+
+
+def _cache_root() -> Path:
+    root = os.environ.get("MINI_VLLM_CACHE")
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "mini_vllm"
+
+
+_on_off = ("0", "1")
+
+environment_variables: dict[str, Callable[[], Any]] = {
+    "MINI_VLLM_CACHE": _cache_root,
+    "MINI_VLLM_ATTENTION": _choice("MINI_VLLM_ATTENTION", "auto", ("auto", "torch")),
+    "MINI_VLLM_PDL": lambda: _choice("MINI_VLLM_PDL", "1", _on_off)() == "1",
+    "MINI_VLLM_DEBUG": lambda: _choice("MINI_VLLM_DEBUG", "0", _on_off)() == "1",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in environment_variables:
+        return environment_variables[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return list(environment_variables)
