@@ -18,8 +18,10 @@ from mini_vllm.engine.llm_engine import LLMEngine
 from mini_vllm.engine.sequence import Sequence
 from mini_vllm.engine.stats import EngineStats
 from mini_vllm.errors import UserError
+from mini_vllm.models.loader import load_model
 from mini_vllm.outputs import RequestOutput
 from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.tokenizer import default_tokenizer
 from mini_vllm.utils import cpu_threads_context
 
 __all__ = ["LLM"]
@@ -29,8 +31,6 @@ Prompt = "str | list[int]"
 
 class LLM:
     def __init__(self, model: str = "smollm2-135m-instruct", **engine_kwargs: object) -> None:
-        from mini_vllm.models.loader import load_model
-
         config = EngineConfig.from_kwargs(model=model, **engine_kwargs)
         loaded, tokenizer, _ = load_model(config.model, device=config.device, dtype=config.dtype, seed=config.seed)
         self._build(config, loaded, tokenizer)
@@ -50,8 +50,6 @@ class LLM:
         return llm
 
     def _build(self, config: EngineConfig, model, tokenizer, capture_progress: bool = True) -> None:
-        from mini_vllm.tokenizer import default_tokenizer
-
         self.config = config
         self.tokenizer = tokenizer if tokenizer is not None else default_tokenizer(model.config)
         self.engine = LLMEngine(config, model, self.tokenizer, capture_progress=capture_progress)

@@ -27,6 +27,12 @@ from datetime import date
 import torch
 
 from mini_vllm.bench.harness import transformers_twin
+from mini_vllm.compilation.compile_cache import inductor_cache_dir
+from mini_vllm.compilation.decorators import TorchCompileWrapper
+from mini_vllm.config.compilation import CompilationMode
+from mini_vllm.models.loader import load_model, resolve_device, resolve_dtype
+from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.teaching.decode_loop import generate
 from mini_vllm.utils import cpu_threads_context, synchronize
 
 __all__ = ["DecodeBenchResult", "format_markdown", "run_decode_bench"]
@@ -91,20 +97,12 @@ def run_decode_bench(
     log=print,
     compile: bool = False,
 ) -> DecodeBenchResult:
-    from mini_vllm.teaching.decode_loop import generate
-    from mini_vllm.models.loader import load_model, resolve_device, resolve_dtype
-    from mini_vllm.sampling_params import SamplingParams
-
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     model, tokenizer, config = load_model(model_name, device=dev, dtype=dt)
     if compile:
         # Inductor fuses the small elementwise ops around each matrix-vector product;
         # traced once, so prefill lengths and the 1-token decode share one graph.
-        from mini_vllm.compilation.compile_cache import inductor_cache_dir
-        from mini_vllm.compilation.decorators import TorchCompileWrapper
-        from mini_vllm.config.compilation import CompilationMode
-
         inductor_cache_dir()
         TorchCompileWrapper.attach(model.model, CompilationMode.DYNAMO_TRACE_ONCE)
         log("model compiled with torch.compile (DYNAMO_TRACE_ONCE); the warm-up request compiles it")

@@ -32,7 +32,15 @@ from datetime import date
 
 import torch
 
-from mini_vllm.bench.harness import check_modes, count_kernels, decode_engine, start_decoding, transformers_twin
+from mini_vllm.bench.harness import (
+    check_modes,
+    count_kernels,
+    decode_engine,
+    start_decoding,
+    transformers_twin,
+)
+from mini_vllm.models.loader import load_model, resolve_device, resolve_dtype
+from mini_vllm.teaching.launch_overhead import refit_preset, simulate_step
 from mini_vllm.utils import synchronize
 
 __all__ = ["GraphDecodeReport", "format_graph_markdown", "run_graph_decode_bench"]
@@ -223,9 +231,6 @@ def run_graph_decode_bench(
     log=print,
     compare_hf_compile: bool = False,
 ) -> GraphDecodeReport:
-    from mini_vllm.teaching.launch_overhead import refit_preset, simulate_step
-    from mini_vllm.models.loader import load_model, resolve_device, resolve_dtype
-
     check_modes(list(modes))
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)

@@ -21,6 +21,7 @@ from typing import Iterable
 import torch
 
 from mini_vllm.bench.harness import decode_engine, start_decoding
+from mini_vllm.models.loader import load_model
 from mini_vllm.utils import synchronize
 
 __all__ = [
@@ -88,8 +89,6 @@ def measure_itl(
     graph_mode: str = "full_and_piecewise",
 ) -> list[ITLRow]:
     """Median inter-token latency per batch size, eager and with graphs, same weights."""
-    from mini_vllm.models.loader import load_model
-
     model, _, _ = load_model(model_name, device=device, progress=False)
     rows = []
     for batch in batch_sizes:

@@ -35,6 +35,9 @@ from mini_vllm.config.capture_sizes import padding_waste
 from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.engine.cudagraph_dispatcher import CudagraphDispatcher
 from mini_vllm.engine.stats import EngineStats, StepRecord
+from mini_vllm.llm import LLM
+from mini_vllm.models.loader import load_model
+from mini_vllm.sampling_params import SamplingParams
 
 __all__ = [
     "LadderScore",
@@ -319,8 +322,6 @@ def run_workload(llm, workload: Sequence[Request]) -> RecordedRun:
     waits in the queue) to the end of the step that sampled its first token; each
     inter-token latency is the time between two steps that gave the request a token.
     """
-    from mini_vllm.sampling_params import SamplingParams
-
     engine = llm.engine
     engine.stats = EngineStats()  # this run only
     pending = sorted(workload, key=lambda r: r.arrival_step)
@@ -360,9 +361,6 @@ RECORD_ENGINE = dict(device="cpu", dtype="float32", max_num_seqs=64, cudagraph_m
 
 def record_trace(num_requests: int = 400, seed: int = 0, model: str = "tiny", **engine_kwargs: object) -> RecordedRun:
     """Run `make_workload(num_requests, seed)` on a fresh engine and return the run."""
-    from mini_vllm.llm import LLM
-    from mini_vllm.models.loader import load_model
-
     kwargs = {**RECORD_ENGINE, **engine_kwargs}
     loaded, tokenizer, _ = load_model(model, device=kwargs["device"], dtype=kwargs["dtype"], seed=0)
     llm = LLM.from_model(loaded, tokenizer, model=model, **kwargs)  # no capture progress bar

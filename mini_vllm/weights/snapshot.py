@@ -21,6 +21,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from mini_vllm.weights.hf_dir import read_safetensors_file
+
 __all__ = ["SNAPSHOT_FILE", "load_snapshot", "save_snapshot"]
 
 SNAPSHOT_FILE = "model.safetensors"
@@ -45,8 +47,6 @@ def save_snapshot(model: nn.Module, path: str | Path) -> None:
 
 def load_snapshot(model: nn.Module, path: str | Path) -> None:
     """Fill `model` (built by `build_model`) from a snapshot directory."""
-    from mini_vllm.weights.hf_dir import read_safetensors_file
-
     file = Path(path) / SNAPSHOT_FILE
     metadata, tensors = read_safetensors_file(file)
     transposed = set(json.loads(metadata.get("transposed", "[]")))
