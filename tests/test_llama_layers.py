@@ -297,28 +297,32 @@ def test_split_k_linear_equals_one_product(rows, parts):
     torch.testing.assert_close(split_k_linear(x, slices), x @ weight.t(), rtol=1e-5, atol=1e-5)
 
 
-def test_dispatch_linear_splits_only_small_batches_over_several_threads(monkeypatch):
+def test_cpu_linear_splits_only_small_batches_over_several_threads(monkeypatch):
     from mini_vllm.layers import linear
 
     calls = []
     real = linear.split_k_linear
     monkeypatch.setattr(linear, "split_k_linear", lambda x, s: calls.append(s.shape[0]) or real(x, s))
-    weight = linear.cpu_gemv_layout(torch.randn(16, 8))
+    layer = linear.ReplicatedLinear(8, 16)  # on the CPU its weight is column-major
+    layer.weight.data.copy_(torch.randn(16, 8))
+    weight = layer.weight.data
     previous = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        linear.dispatch_linear(torch.randn(1, 8), weight)  # decode: split over the 2 threads
-        linear.dispatch_linear(torch.randn(linear.SPLIT_K_MAX_ROWS + 1, 8), weight)  # prefill: one product
-        linear.dispatch_linear(torch.randn(1, 8), weight.contiguous())  # row-major: one product
-        cache: dict = {}
+        layer(torch.randn(1, 8))  # decode: split over the 2 threads
+        layer(torch.randn(linear.SPLIT_K_MAX_ROWS + 1, 8))  # prefill: one product
         x = torch.randn(1, 8)
-        torch.testing.assert_close(linear.dispatch_linear(x, weight, cache), x @ weight.t())
-        assert [s.data_ptr() for s in cache.values()] == [weight.data_ptr()]
-        other = linear.cpu_gemv_layout(torch.randn(16, 8))  # a loader swapped the weight's data
-        torch.testing.assert_close(linear.dispatch_linear(x, other, cache), x @ other.t())
-        assert [s.data_ptr() for s in cache.values()] == [other.data_ptr()]
+        torch.testing.assert_close(layer(x), x @ weight.t())
+        assert [s.data_ptr() for s in layer._cpu_slices.values()] == [weight.data_ptr()]  # a view, no copy
+        other = linear.cpu_gemv_layout(torch.randn(16, 8))
+        layer.weight.data = other  # a loader swapped the weight's data: the kept view must follow
+        torch.testing.assert_close(layer(x), x @ other.t())
+        assert [s.data_ptr() for s in layer._cpu_slices.values()] == [other.data_ptr()]
+        layer.weight.data = other.contiguous()  # row-major: one product
+        layer(torch.randn(1, 8))
+        layer.weight.data = other
         torch.set_num_threads(1)
-        linear.dispatch_linear(torch.randn(1, 8), weight)  # one thread: nothing to split over
+        layer(torch.randn(1, 8))  # one thread: nothing to split over
     finally:
         torch.set_num_threads(previous)
     assert calls == [2, 2, 2]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mini_vllm.layers.linear import dispatch_linear
+from mini_vllm.layers.linear import ReplicatedLinear
 
 pytestmark = pytest.mark.gpu
 
@@ -30,17 +30,25 @@ def test_gemv_matches_a_float32_product(out_features, in_features):
     got = triton_gemv(x, w)
     assert got.shape == (1, out_features) and got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), expected, rtol=2 ** -7, atol=1e-3)
-    # The dispatcher takes it for one row, and F.linear (cuBLAS) for more.
-    torch.testing.assert_close(dispatch_linear(x, w).float(), got.float(), rtol=0, atol=0)
+    # A linear layer takes it for one row, and F.linear (cuBLAS) for more.
+    layer = _layer(w)
+    torch.testing.assert_close(layer(x).float(), got.float(), rtol=0, atol=0)
     x4 = x.repeat(4, 1)
-    torch.testing.assert_close(dispatch_linear(x4, w).float(), expected.repeat(4, 1), rtol=2 ** -7, atol=1e-3)
+    torch.testing.assert_close(layer(x4).float(), expected.repeat(4, 1), rtol=2 ** -7, atol=1e-3)
+
+
+def _layer(weight: torch.Tensor) -> ReplicatedLinear:
+    with torch.device(weight.device):
+        layer = ReplicatedLinear(weight.shape[1], weight.shape[0]).to(weight.dtype)
+    layer.weight.data.copy_(weight)
+    return layer
 
 
 def test_linear_op_under_torch_compile_picks_at_run_time():
-    w = torch.randn(3072, 576, device="cuda").bfloat16()
+    layer = _layer(torch.randn(3072, 576, device="cuda").bfloat16())
 
     def f(x):
-        return dispatch_linear(x, w) * 2
+        return layer(x) * 2
 
     compiled = torch.compile(f, dynamic=True, fullgraph=True)
     for rows in (1, 2, 5):

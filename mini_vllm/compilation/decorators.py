@@ -30,7 +30,7 @@ import torch
 
 from mini_vllm.compilation.piecewise_backend import CompileStats, inductor_compile
 from mini_vllm.config.compilation import CompilationMode
-from mini_vllm.layers.tracing import use_custom_ops
+from mini_vllm.layers.custom_op import use_custom_ops
 
 __all__ = ["TorchCompileWrapper", "support_torch_compile"]
 

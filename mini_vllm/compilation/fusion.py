@@ -30,7 +30,7 @@ kernel next to it in the same spirit: the per-head q/k norm of models that have 
 Attention stays the splitting op, so the piece boundaries do not move.
 
 The ops exist in the graph only when the model was traced with custom ops on
-(mini_vllm/layers/tracing.py), which the compile wrapper does for a backend that runs
+(`use_custom_ops`, mini_vllm/layers/custom_op.py), which the compile wrapper does for a backend that runs
 these passes. Together: four kernels fewer per Llama layer at batch 1.
 """
 

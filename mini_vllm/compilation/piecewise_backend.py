@@ -123,7 +123,7 @@ class PiecewiseCompileBackend:
     @property
     def uses_custom_ops(self) -> bool:
         """The fusion passes match the layers' custom ops: the compile wrapper reads this
-        and traces the model with them (mini_vllm/layers/tracing.py)."""
+        and traces the model with them (mini_vllm/layers/custom_op.py)."""
         return self.fusion
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from mini_vllm.layers.tracing import custom_ops_enabled
+from mini_vllm.layers.custom_op import CustomOp
 
 try:
     import triton
@@ -65,8 +64,9 @@ def _silu_and_mul_fake(gate_up):
     return gate_up.new_empty((*gate_up.shape[:-1], gate_up.shape[-1] // 2))
 
 
-class SiluAndMul(nn.Module):
-    def forward(self, gate_up: torch.Tensor) -> torch.Tensor:
-        if custom_ops_enabled():
-            return torch.ops.mini_vllm.silu_and_mul(gate_up)  # one node for the fusion pass
+class SiluAndMul(CustomOp):
+    def forward_native(self, gate_up: torch.Tensor) -> torch.Tensor:
         return silu_and_mul_native(gate_up)
+
+    def forward_custom_op(self, gate_up: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mini_vllm.silu_and_mul(gate_up)  # one node for the fusion pass

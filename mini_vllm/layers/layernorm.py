@@ -9,6 +9,8 @@ vLLM, `forward(x, residual)` first adds the residual and returns the sum as the 
 residual stream, so a decoder layer reads "add, then normalise" as one step (and a
 fused kernel can do both in one pass over memory).
 
+Which implementation runs is `CustomOp`'s choice (mini_vllm/layers/custom_op.py): the
+spelled-out torch version for compilers, one ATen op on CPU, one Triton kernel on CUDA.
 For compilation with fusion passes the norm is also a custom op, `mini_vllm::rms_norm`
 and `mini_vllm::fused_add_rms_norm` (vLLM: `torch.ops._C.rms_norm` and
 `fused_add_rms_norm`, the kernels of csrc/layernorm_kernels.cu): one node that the pass
@@ -22,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mini_vllm.layers.rmsnorm_triton import triton_rmsnorm, triton_rmsnorm_available
-from mini_vllm.layers.tracing import compiler_is_tracing, custom_ops_enabled
+from mini_vllm.layers.custom_op import CustomOp
 
 __all__ = ["RMSNorm", "rms_norm_native"]
 
@@ -65,7 +67,7 @@ def _fused_add_rms_norm_fake(x, residual, weight, eps):
     return torch.empty_like(x), torch.empty_like(x)
 
 
-class RMSNorm(nn.Module):
+class RMSNorm(CustomOp):
     def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
         super().__init__()
         self.hidden_size = hidden_size
@@ -73,32 +75,39 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(hidden_size), requires_grad=False)
 
     # ANCHOR: rmsnorm
-    def forward(
+    def forward_native(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        if custom_ops_enabled():
-            # Compiling with fusion passes: one opaque node the pass can find.
-            if residual is None:
-                return torch.ops.mini_vllm.rms_norm(x, self.weight, self.eps)
-            return torch.ops.mini_vllm.fused_add_rms_norm(x, residual, self.weight, self.eps)
-        if (not compiler_is_tracing() and triton_rmsnorm_available(x)
-                and x.dtype == self.weight.dtype and (residual is None or residual.stride(-1) == 1)):
-            # One Triton kernel instead of about nine (vLLM: forward_cuda). Not while a
-            # compiler traces: Inductor fuses the torch version below with its neighbours,
-            # and torch.fx records it op by op.
+        return self._add_then_normalise(x, residual, lambda h: rms_norm_native(h, self.weight, self.eps))
+
+    def forward_cpu(self, x, residual=None):
+        if x.dtype != torch.float32:
+            return self.forward_native(x, residual)
+        # One ATen op, half the time of the spelled-out version at batch 1; the same
+        # arithmetic in float32 (vLLM: forward_cpu).
+        return self._add_then_normalise(x, residual, lambda h: F.rms_norm(h, (self.hidden_size,), self.weight, self.eps))
+
+    def forward_cuda(self, x, residual=None):
+        if (triton_rmsnorm_available(x) and x.dtype == self.weight.dtype
+                and (residual is None or residual.stride(-1) == 1)):
+            # The add and the norm as one Triton kernel instead of about nine (vLLM: forward_cuda).
             return triton_rmsnorm(x, self.weight, self.eps, residual)
-        if residual is not None:
-            # The add happens in the activation dtype, as in transformers, so bf16
-            # runs drift from the reference no more than they must.
-            x = x + residual
-            residual = x
-        if not compiler_is_tracing() and x.device.type == "cpu" and x.dtype == torch.float32:
-            # One ATen op, half the time of the spelled-out version at batch 1 (vLLM:
-            # forward_cpu). Same arithmetic in float32; compilers get the version below.
-            out = F.rms_norm(x, (self.hidden_size,), self.weight, self.eps)
-        else:
-            out = rms_norm_native(x, self.weight, self.eps)
-        return out if residual is None else (out, residual)
+        return self.forward_native(x, residual)
+
+    def forward_custom_op(self, x, residual=None):
+        # Compiling for the fusion passes: one opaque node the pass can fold into the product after it.
+        if residual is None:
+            return torch.ops.mini_vllm.rms_norm(x, self.weight, self.eps)
+        return torch.ops.mini_vllm.fused_add_rms_norm(x, residual, self.weight, self.eps)
+
+    @staticmethod
+    def _add_then_normalise(x, residual, normalise):
+        if residual is None:
+            return normalise(x)
+        # The add happens in the activation dtype, as in transformers, so bf16 runs drift
+        # from the reference no more than they must; the sum is the new residual stream.
+        x = x + residual
+        return normalise(x), x
     # ANCHOR_END: rmsnorm
 
     def extra_repr(self) -> str:

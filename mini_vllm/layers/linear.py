@@ -18,7 +18,7 @@ see benchmarks/results/decode-cpu.md):
 - column-major storage: MKL's matrix-vector product streams it 1.3-1.7x faster than
   row-major for the square and wide matrices;
 - both cores reading: one core alone pulls about 18 GB/s from memory, two about 26.
-  MKL does not split a matrix-vector product over its threads, so `dispatch_linear`
+  MKL does not split a matrix-vector product over its threads, so `forward_cpu`
   does: each of the P threads takes one slice of the input dimension (rows of the
   `[in, out]` array, a view, no copy), one batched product (`torch.bmm`, which runs
   its batch in parallel) gives P partial outputs, and their sum is the answer. This
@@ -40,11 +40,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mini_vllm.layers.tracing import compiler_is_tracing, custom_ops_enabled, fx_symbolic_tracing
+from mini_vllm.layers.custom_op import CustomOp
 from mini_vllm.layers.triton_gemv import triton_gemv, triton_gemv_available
 
-__all__ = ["LinearBase", "MergedColumnLinear", "QKVLinear", "ReplicatedLinear", "cpu_gemv_layout", "dispatch_linear",
-           "new_weight", "split_k_linear", "weight_slices"]
+__all__ = ["LinearBase", "MergedColumnLinear", "QKVLinear", "ReplicatedLinear", "cpu_gemv_layout", "new_weight",
+           "split_k_linear", "weight_slices"]
 
 # Up to this many rows (tokens) the split over threads pays: a decode step (one row per
 # sequence) is memory-bound, and a short prompt is not far from it. Measured on the 2-core
@@ -79,13 +79,7 @@ def split_k_linear(x: torch.Tensor, slices: torch.Tensor) -> torch.Tensor:
     x `[T, in]`; slices `[parts, in / parts, out]` from `weight_slices`.
     """
     parts, k, _ = slices.shape
-    rows = x.shape[0]
-    # [parts, T, k]; one token (decode) needs no transpose. (A compiler traces one graph
-    # for every token count, so it gets the general form.)
-    if rows == 1 and not compiler_is_tracing():
-        x_slices = x.view(parts, 1, k)
-    else:
-        x_slices = x.view(rows, parts, k).transpose(0, 1)
+    x_slices = x.view(x.shape[0], parts, k).transpose(0, 1)  # [parts, T, k], a view
     # One batched product: each thread reads its own slice of the matrix.
     partial = torch.bmm(x_slices, slices)  # [parts, T, out]
     return partial.sum(0)  # the "all-reduce" of the partial sums
@@ -98,50 +92,17 @@ def _cpu_threads() -> int:
     return torch.get_num_threads()
 
 
-def dispatch_linear(x: torch.Tensor, weight: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
-    """`F.linear(x, weight)`, split over the CPU threads where that is faster.
-
-    `cache` (a layer's own dict) keeps the weight's sliced view between calls: making
-    it is two tensor ops, and at batch 1 on a small CPU every op costs microseconds.
-    vLLM chooses its CPU product per layer too, in vllm/model_executor/layers/utils.py
-    (`dispatch_cpu_unquantized_gemm`).
-    """
-    if custom_ops_enabled():
-        # Compiling with fusion passes (on any device): one node the passes can match.
-        return torch.ops.mini_vllm.linear(x, weight)
-    # torch.fx first: its symbolic tensors cannot be branched on, and it records one
-    # plain linear (with the thread count it was traced for it would bake in the split).
-    if not fx_symbolic_tracing() and x.device.type == "cpu":
-        parts = _cpu_threads()
-        if parts > 1 and x.dim() == 2 and weight.stride(0) == 1 and weight.shape[1] % parts == 0:
-            if torch.compiler.is_compiling():
-                # Dynamo traces one graph for every token count, so it gets the split
-                # for all of them (prefill too: each thread then multiplies its slice
-                # for all rows). Inductor calls MKL's batched product and fuses the sum
-                # of the partials into the elementwise code after it.
-                return split_k_linear(x, weight_slices(weight, parts))
-            if x.shape[0] <= SPLIT_K_MAX_ROWS:
-                # Keyed by the storage too: a loader may swap the parameter's data.
-                key = (parts, weight.data_ptr())
-                slices = cache.get(key) if cache is not None else None
-                if slices is None:
-                    slices = weight_slices(weight, parts)
-                    if cache is not None:
-                        cache.clear()
-                        cache[key] = slices
-                return split_k_linear(x, slices)
-    elif not fx_symbolic_tracing() and triton_gemv_available(x, weight):
-        # CUDA: one-row products take a Triton GEMV (mini_vllm/layers/triton_gemv.py).
-        # A compiled graph serves every token count, so there the choice is made when
-        # it runs, inside an opaque op; eagerly (and while a graph is captured) here.
-        if torch.compiler.is_compiling():
-            return torch.ops.mini_vllm.linear(x, weight)
-        if x.shape[0] == 1:
-            return triton_gemv(x, weight)
-    return F.linear(x, weight)
+def _splits_over(x: torch.Tensor, weight: torch.Tensor) -> int:
+    """Over how many CPU threads `x @ weight.T` can be split (1: not at all)."""
+    parts = _cpu_threads()
+    if parts > 1 and x.dim() == 2 and weight.stride(0) == 1 and weight.shape[1] % parts == 0:
+        return parts
+    return 1
 
 
-class LinearBase(nn.Module):
+class LinearBase(CustomOp):
+    """`y = x W^T` without bias; which product computes it is chosen per call (CustomOp)."""
+
     def __init__(self, input_size: int, output_size: int) -> None:
         super().__init__()
         self.input_size = input_size
@@ -150,10 +111,50 @@ class LinearBase(nn.Module):
         # loader, and a 1B-parameter model should not pay for random init twice.
         self.weight = nn.Parameter(new_weight(output_size, input_size), requires_grad=False)
         self.weight.weight_loader = self.weight_loader
-        self._cpu_slices: dict = {}  # dispatch_linear's cache (a view of the weight, not a copy)
+        self._cpu_slices: dict = {}  # forward_cpu's cache (a view of the weight, not a copy)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return dispatch_linear(x, self.weight, self._cpu_slices)
+    # ANCHOR: linear_dispatch
+    def forward_native(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight)
+
+    def forward_cpu(self, x: torch.Tensor) -> torch.Tensor:
+        parts = _splits_over(x, self.weight)
+        if parts == 1 or x.shape[0] > SPLIT_K_MAX_ROWS:
+            return F.linear(x, self.weight)
+        # The sliced view is kept: making it is two tensor ops, and at batch 1 on a small
+        # CPU every op costs microseconds. Keyed by the storage too: a loader may swap
+        # the parameter's data.
+        key = (parts, self.weight.data_ptr())
+        slices = self._cpu_slices.get(key)
+        if slices is None:
+            self._cpu_slices.clear()
+            slices = self._cpu_slices[key] = weight_slices(self.weight, parts)
+        return split_k_linear(x, slices)
+
+    def forward_cuda(self, x: torch.Tensor) -> torch.Tensor:
+        # One-row products take a Triton GEMV (mini_vllm/layers/triton_gemv.py).
+        if x.shape[0] == 1 and triton_gemv_available(x, self.weight):
+            return triton_gemv(x, self.weight)
+        return F.linear(x, self.weight)
+
+    def forward_compiled(self, x: torch.Tensor) -> torch.Tensor:
+        # Dynamo traces one graph for every token count, so the choice the eager paths
+        # make by row count is made here for all of them.
+        if x.device.type == "cpu":
+            parts = _splits_over(x, self.weight)
+            if parts > 1:
+                # The split for prefill too: each thread multiplies its slice for all rows.
+                # Inductor calls MKL's batched product and fuses the sum into what follows.
+                return split_k_linear(x, weight_slices(self.weight, parts))
+        elif triton_gemv_available(x, self.weight):
+            # The GEMV or cuBLAS, picked at run time inside the opaque op.
+            return torch.ops.mini_vllm.linear(x, self.weight)
+        return F.linear(x, self.weight)
+
+    def forward_custom_op(self, x: torch.Tensor) -> torch.Tensor:
+        # Compiling for the fusion passes (any device): one node the passes can match.
+        return torch.ops.mini_vllm.linear(x, self.weight)
+    # ANCHOR_END: linear_dispatch
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
         _check_shape(param.data, loaded, f"{type(self).__name__}")

@@ -27,9 +27,8 @@ import math
 from typing import Any
 
 import torch
-from torch import nn
 
-from mini_vllm.layers.tracing import compiler_is_tracing, custom_ops_enabled
+from mini_vllm.layers.custom_op import CustomOp
 
 __all__ = ["RotaryEmbedding", "apply_deferred_rope", "rope_inverse_frequencies", "rotary_embedding_op"]
 
@@ -64,7 +63,7 @@ def _llama3_rescale(inv_freq: torch.Tensor, scaling: dict[str, Any]) -> torch.Te
     return torch.where(in_between, blended, slowed)
 
 
-class RotaryEmbedding(nn.Module):
+class RotaryEmbedding(CustomOp):
     def __init__(
         self,
         head_dim: int,
@@ -93,22 +92,33 @@ class RotaryEmbedding(nn.Module):
         # ANCHOR_END: rope_table
 
     # ANCHOR: rope
-    def forward(
+    def forward_native(
         self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate `query` `[T, H*D]` and `key` `[T, Hkv*D]` by `positions` `[T]`."""
-        if self.is_neox_style and custom_ops_enabled():
-            # Compiling with fusion passes: one node, which the pass folds into attention.
-            return tuple(torch.ops.mini_vllm.rotary_embedding(positions, query, key, self.cos_sin_cache))
+        return self._rotate_query_and_key(positions, query, key, eager=False)
+
+    def forward_cpu(self, positions, query, key):
+        return self._rotate_query_and_key(positions, query, key, eager=True)
+
+    forward_cuda = forward_cpu
+
+    def forward_custom_op(self, positions, query, key):
+        if not self.is_neox_style:
+            return self.forward_native(positions, query, key)
+        # Compiling for the fusion passes: one node, which the pass folds into attention.
+        return tuple(torch.ops.mini_vllm.rotary_embedding(positions, query, key, self.cos_sin_cache))
+
+    def _rotate_query_and_key(self, positions, query, key, eager: bool):
         num_tokens = positions.shape[0]
         cos_sin = self.cos_sin_cache.index_select(0, positions)
-        # A cast to the same dtype is skipped, not made a no-op call: at batch 1 every op
-        # costs microseconds. (torch.fx cannot branch on a traced dtype: it records the cast.)
-        if compiler_is_tracing() or cos_sin.dtype != query.dtype:
+        # Eagerly, a cast to the same dtype is skipped, not made a no-op call: at batch 1
+        # every op costs microseconds. (A tracer cannot branch on a dtype: it records the cast.)
+        if not eager or cos_sin.dtype != query.dtype:
             cos_sin = cos_sin.to(query.dtype)
         # Query and key heads side by side, rotated in one go: half the ops.
         cos, sin = cos_sin.unbind(1)
-        heads = _heads_side_by_side(query, key, self.head_dim)
+        heads = _heads_side_by_side(query, key, self.head_dim, allow_view=eager)
         rotated = self._rotate(heads, cos, sin)
         return rotated.view(num_tokens, -1).split([query.shape[-1], key.shape[-1]], dim=1)
 
@@ -139,7 +149,7 @@ def rotary_embedding_op(positions: torch.Tensor, query: torch.Tensor, key: torch
     """
     head_dim = cos_sin_cache.shape[-1]
     cos, sin = cos_sin_cache.index_select(0, positions).to(query.dtype).unbind(1)
-    heads = _heads_side_by_side(query, key, head_dim)
+    heads = _heads_side_by_side(query, key, head_dim, allow_view=True)
     rotated = torch.addcmul(heads * cos, heads.roll(head_dim // 2, dims=-1), sin).flatten(1)
     q_rot, k_rot = rotated.split([query.shape[-1], key.shape[-1]], dim=1)
     return q_rot.clone(), k_rot.clone()  # outputs of a custom op may not share storage
@@ -160,15 +170,17 @@ def apply_deferred_rope(rope: tuple[torch.Tensor, torch.Tensor], query: torch.Te
     return q_rot.view(query.shape), k_rot.view(key.shape)
 
 
-def _heads_side_by_side(query: torch.Tensor, key: torch.Tensor, head_dim: int) -> torch.Tensor:
+def _heads_side_by_side(query: torch.Tensor, key: torch.Tensor, head_dim: int, allow_view: bool) -> torch.Tensor:
     """query `[T, Hq*D]` and key `[T, Hk*D]` as one `[T, Hq+Hk, D]` tensor.
 
     In a Llama layer q and k are neighbouring columns of the fused qkv output, so the
     pair already is one strided block of memory: viewing it costs nothing, where a
-    concatenation copies both (and is one more op per layer). Anything else is copied.
+    concatenation copies both (and is one more op per layer). Anything else is copied,
+    and so is everything a tracer sees (`allow_view` False): the test of the addresses
+    cannot be recorded.
     """
     num_tokens = query.shape[0]
-    if (not compiler_is_tracing() and query.dim() == 2 and key.dim() == 2
+    if (allow_view and query.dim() == 2 and key.dim() == 2
             and query.stride(1) == 1 and key.stride(1) == 1 and query.stride(0) == key.stride(0)
             and key.untyped_storage().data_ptr() == query.untyped_storage().data_ptr()
             and key.storage_offset() == query.storage_offset() + query.shape[1]):

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mini_vllm.layers.linear import cpu_gemv_layout, dispatch_linear, new_weight
+from mini_vllm.layers.linear import LinearBase, cpu_gemv_layout
 
 __all__ = ["LMHead", "VocabEmbedding"]
 
@@ -27,16 +27,12 @@ class VocabEmbedding(nn.Module):
         return F.embedding(input_ids, self.weight)
 
 
-class LMHead(nn.Module):
-    """Hidden state -> logits over the vocabulary (vLLM: `ParallelLMHead`)."""
+class LMHead(LinearBase):
+    """Hidden state -> logits over the vocabulary (vLLM: `ParallelLMHead`): a linear layer
+    `[vocab, hidden]`, whose weight a tied model shares with the embedding table."""
 
     def __init__(self, vocab_size: int, hidden_size: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(new_weight(vocab_size, hidden_size), requires_grad=False)
-        self._cpu_slices: dict = {}  # dispatch_linear's cache
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return dispatch_linear(hidden_states, self.weight, self._cpu_slices)
+        super().__init__(hidden_size, vocab_size)
 
     def process_weights_after_loading(self) -> None:
         # On CPU the head is read faster column-major (see layers/linear.py), but the
