@@ -1,15 +1,17 @@
-"""What the current forward is: its batch descriptor, graph runtime mode and attention metadata.
+"""What the current forward is: its batch descriptor, graph runtime mode, attention metadata and layers.
 
 vLLM counterpart: vllm/forward_context.py (`BatchDescriptor`, `ForwardContext`,
 `set_forward_context`, `get_forward_context`). The model runner sets the context
 around each forward; the graph wrappers and the attention layers read it instead of
-taking extra arguments, so the model's forward signature never changes.
+taking extra arguments, so the model's forward signature never changes. The compiled
+attention op finds its layer here too, by name (`no_compile_layers`), so nothing
+outside the engine that runs a model holds on to its layers.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator, NamedTuple
 
 __all__ = ["BatchDescriptor", "ForwardContext", "get_forward_context", "set_forward_context"]
@@ -36,6 +38,9 @@ class ForwardContext:
     cudagraph_runtime_mode: Any  # a CUDAGraphMode that is a valid runtime mode
     batch_descriptor: BatchDescriptor | None
     attn_metadata: Any = None
+    # The model's attention layers by `layer_name` (vLLM: the static forward context of
+    # the engine's compilation config): where the opaque attention op finds its layer.
+    no_compile_layers: dict[str, Any] = field(default_factory=dict)
 
 
 _current: ForwardContext | None = None
@@ -50,19 +55,16 @@ def get_forward_context() -> ForwardContext:
     return _current
 
 
-def has_forward_context() -> bool:
-    return _current is not None
-
-
 @contextlib.contextmanager
 def set_forward_context(
     cudagraph_runtime_mode: Any,
     batch_descriptor: BatchDescriptor | None = None,
     attn_metadata: Any = None,
+    no_compile_layers: dict[str, Any] | None = None,
 ) -> Iterator[ForwardContext]:
     global _current
     previous = _current
-    _current = ForwardContext(cudagraph_runtime_mode, batch_descriptor, attn_metadata)
+    _current = ForwardContext(cudagraph_runtime_mode, batch_descriptor, attn_metadata, no_compile_layers or {})
     try:
         yield _current
     finally:

@@ -86,22 +86,23 @@ def compiled_llm():
 
 def test_hidden_states_match_eager_within_float32_rounding(compiled_llm):
     from mini_vllm.attention.paged import PagedAttentionMetadata
+    from mini_vllm.compilation.attention_op import use_attention_op
     from mini_vllm.forward_context import set_forward_context
+    from mini_vllm.layers.attention import static_forward_context
 
     model = compiled_llm.engine.model
     ids, pos = torch.randint(0, 256, (5,)), torch.arange(5)
     md = PagedAttentionMetadata(torch.tensor([0, 1, 2, 3, 4]), torch.tensor([[0, 1]]), torch.tensor([5]), [5], [5], False)
-    with torch.inference_mode(), set_forward_context(CUDAGraphMode.NONE, None, md):
+    layers = static_forward_context(model)
+    with torch.inference_mode(), set_forward_context(CUDAGraphMode.NONE, None, md, layers):
         compiled = model.model(ids, pos).clone()
         wrapper = model.model.__dict__.pop("_compile_wrapper")
-        for layer in [m for m in model.modules() if hasattr(m, "use_custom_op")]:
-            layer.use_custom_op = False
+        use_attention_op(model, enabled=False)
         try:
             eager = model.model(ids, pos)
         finally:
             model.model.__dict__["_compile_wrapper"] = wrapper
-            for layer in [m for m in model.modules() if hasattr(m, "use_custom_op")]:
-                layer.use_custom_op = True
+            use_attention_op(model)
     torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
 
 
@@ -149,23 +150,21 @@ def test_diagnostics_report_a_graph_break_introduced_on_purpose():
 
 
 def test_the_model_traces_in_one_graph():
-    from mini_vllm.compilation.attention_op import register_attention_layers
+    from mini_vllm.compilation.attention_op import use_attention_op
     from mini_vllm.compilation.diagnostics import explain_graph_breaks
     from mini_vllm.models.loader import load_model
 
     from mini_vllm.attention.paged import PagedAttentionBackend, PagedAttentionMetadata, allocate_paged_kv_caches
     from mini_vllm.forward_context import set_forward_context
-    from mini_vllm.layers.attention import bind_kv_caches
+    from mini_vllm.layers.attention import bind_kv_caches, static_forward_context
 
     model, _, cfg = load_model("tiny")
     bind_kv_caches(model, PagedAttentionBackend(), allocate_paged_kv_caches(
         cfg.num_hidden_layers, 4, 16, cfg.num_key_value_heads, cfg.head_dim, torch.float32, "cpu"))
-    register_attention_layers(model)
-    for layer in [m for m in model.modules() if hasattr(m, "use_custom_op")]:
-        layer.use_custom_op = True
+    use_attention_op(model)
     forward = type(model.model).forward  # the undecorated forward, traced as Dynamo would
     md = PagedAttentionMetadata(torch.tensor([0, 1, 2]), torch.tensor([[0]]), torch.tensor([3]), [3], [3], False)
-    with torch.inference_mode(), set_forward_context(CUDAGraphMode.NONE, None, md):
+    with torch.inference_mode(), set_forward_context(CUDAGraphMode.NONE, None, md, static_forward_context(model)):
         report = explain_graph_breaks(lambda i, p: forward(model.model, i, p), torch.zeros(3, dtype=torch.long),
                                       torch.arange(3))
     assert report.graph_break_count == 0, report.format()

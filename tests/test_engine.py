@@ -139,3 +139,44 @@ def test_an_engine_that_cannot_progress_says_so_instead_of_looping(async_schedul
     llm.engine.scheduler._may_schedule = lambda seq: False  # a scheduler that never plans anything
     with pytest.raises(RuntimeError, match="planned nothing"):
         llm.generate([[5, 6, 7]], GREEDY, use_tqdm=False)
+
+
+# Every engine mode the CPU runs; the compiled ones are where a process-wide registry of
+# layers (or a backend that holds the model) would keep a dropped engine's cache alive.
+LIFETIME_MODES = {
+    "eager": dict(),
+    "cpu graphs": dict(cudagraph_mode="full_and_piecewise"),
+    "async": dict(async_scheduling=True),
+    "vllm_compile": dict(compilation_mode="vllm_compile", cudagraph_mode="full_and_piecewise"),
+    "stock_torch_compile": dict(compilation_mode="stock_torch_compile", cudagraph_mode="none"),
+}
+
+
+@pytest.mark.parametrize("mode", LIFETIME_MODES)
+def test_dropping_an_engine_frees_its_model_and_kv_cache(mode):
+    import gc
+    import weakref
+
+    llm = LLM("tiny", max_num_seqs=2, max_model_len=64, **LIFETIME_MODES[mode])
+    llm.generate([[1, 2, 3]], GREEDY, use_tqdm=False)
+    caches = [weakref.ref(cache) for cache in llm.engine.runner.kv_caches]
+    model = weakref.ref(llm.engine.model)
+    del llm
+    gc.collect()
+    assert model() is None, "something outside the engine still holds its model"
+    assert all(cache() is None for cache in caches), "the KV cache outlived its engine"
+
+
+def test_a_model_that_outlives_its_engine_lets_the_cache_go(tiny):
+    import gc
+    import weakref
+
+    model, _, _ = tiny
+    first = LLM.from_model(model, max_num_seqs=2, max_model_len=64)
+    expected = first.generate([[1, 2, 3]], GREEDY, use_tqdm=False)[0].token_ids
+    caches = [weakref.ref(cache) for cache in first.engine.runner.kv_caches]
+    del first
+    gc.collect()
+    assert all(cache() is None for cache in caches), "the shared model's layers kept the dropped engine's cache"
+    second = LLM.from_model(model, max_num_seqs=2, max_model_len=64)  # the model still serves
+    assert second.generate([[1, 2, 3]], GREEDY, use_tqdm=False)[0].token_ids == expected

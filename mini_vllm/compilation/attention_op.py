@@ -11,47 +11,43 @@ specialise on it (a recompile per batch composition) or break the graph. As a cu
 op, attention is one node Dynamo does not look into. The node is then where the
 piecewise backend splits the graph (mini_vllm/compilation/split.py).
 
-The op takes the layer's *name*, a string, not the layer: the layer's KV cache and
-backend are found in a registry at run time, as vLLM looks them up in the forward
-context. It returns nothing and writes its result into `output`, which the model
-allocated before the op: that buffer belongs to the piece before the split, so under
-piecewise CUDA graphs it has a fixed address (see mini_vllm/layers/attention.py).
+The op takes the layer's *name*, a string, not the layer (a compiled graph can hold a
+string, not a module): at run time it finds the layer, with its KV cache and backend,
+in the current forward context (`no_compile_layers`, filled by whoever runs the model:
+the model runner, from `static_forward_context(model)`), as vLLM does. Nothing global
+keeps a layer, so a dropped engine takes its KV cache with it. The op returns nothing
+and writes its result into `output`, which the model allocated before the op: that
+buffer belongs to the piece before the split, so under piecewise CUDA graphs it has a
+fixed address (see mini_vllm/layers/attention.py).
 """
 
 from __future__ import annotations
 
-import itertools
-from typing import TYPE_CHECKING
-
 import torch
 
 from mini_vllm.forward_context import get_forward_context
+from mini_vllm.layers.attention import Attention, attention_layers
 from mini_vllm.layers.rotary_embedding import apply_deferred_rope
 
-if TYPE_CHECKING:
-    from mini_vllm.layers.attention import Attention
-
-__all__ = ["attention_layer_registry", "register_attention_layers"]
-
-_LAYERS: dict[str, "Attention"] = {}
-_model_ids = itertools.count()
+__all__ = ["attention", "attention_with_rope", "use_attention_op"]
 
 
-def attention_layer_registry() -> dict[str, "Attention"]:
-    return _LAYERS
-
-
-def register_attention_layers(model: torch.nn.Module) -> list[str]:
-    """Give every Attention layer of `model` a unique name the custom op can find it by."""
-    from mini_vllm.layers.attention import attention_layers
-
-    prefix = f"model{next(_model_ids)}"
-    names = []
+def use_attention_op(model: torch.nn.Module, enabled: bool = True) -> None:
+    """Route every Attention layer of `model` through the opaque op (what a compile needs)
+    or, with `enabled=False`, back to calling its backend directly."""
     for layer in attention_layers(model):
-        layer.layer_name = f"{prefix}.layers.{layer.layer_idx}.attn"
-        _LAYERS[layer.layer_name] = layer
-        names.append(layer.layer_name)
-    return names
+        layer.use_custom_op = enabled
+
+
+def _layer(layer_name: str) -> Attention:
+    layers = get_forward_context().no_compile_layers
+    if layer_name not in layers:
+        raise RuntimeError(
+            f"the attention op looked for layer {layer_name!r} in the forward context and did not find it "
+            f"({len(layers)} layer(s) there): run the model through the model runner, or pass "
+            "no_compile_layers=static_forward_context(model) to set_forward_context"
+        )
+    return layers[layer_name]
 
 
 # ANCHOR: custom_op
@@ -60,10 +56,10 @@ def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor, layer_name: str
 ) -> None:
     """q `[T, H*D]`, k and v `[T, Hkv*D]`; writes attention `[T, H*D]` into `output`."""
-    _run_layer(_LAYERS[layer_name], q, k, v, output)
+    _run_layer(_layer(layer_name), q, k, v, output)
 
 
-def _run_layer(layer: "Attention", q, k, v, output, rope=None) -> None:
+def _run_layer(layer: Attention, q, k, v, output, rope=None) -> None:
     metadata = get_forward_context().attn_metadata
     num_tokens = q.shape[0]
     if rope is not None and not layer.impl.accepts_rope:
@@ -99,7 +95,7 @@ def attention_with_rope(
     """`mini_vllm::attention` of q and k rotated by neox RoPE: what the fusion pass puts in
     place of `rotary_embedding` then `attention`. A backend that can rotate inside its
     kernel (`accepts_rope`) gets q and k unrotated; any other gets them rotated first."""
-    _run_layer(_LAYERS[layer_name], q, k, v, output, rope=(positions, cos_sin_cache))
+    _run_layer(_layer(layer_name), q, k, v, output, rope=(positions, cos_sin_cache))
 
 
 @attention_with_rope.register_fake

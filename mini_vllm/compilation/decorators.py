@@ -28,6 +28,7 @@ from typing import Callable
 
 import torch
 
+from mini_vllm.compilation.attention_op import use_attention_op
 from mini_vllm.compilation.piecewise_backend import CompileStats, inductor_compile
 from mini_vllm.config.compilation import CompilationMode
 from mini_vllm.layers.custom_op import use_custom_ops
@@ -61,6 +62,27 @@ def support_torch_compile(cls=None, *, dynamic_arg_dims: dict[str, int] | None =
 # ANCHOR_END: support_torch_compile
 
 
+class _CountingInductor:
+    """The backend of the plain compile levels: Inductor, counting what it compiles.
+
+    An object of its own, not a method of the wrapper: torch keeps every backend it was
+    given in a process-wide cache, and a bound method would keep the model (and the KV
+    cache bound to it) alive after its engine is gone.
+    """
+
+    def __init__(self, stats: CompileStats) -> None:
+        self.stats = stats
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        start = time.perf_counter()
+        self.stats.dynamo_graphs += 1
+        self.stats.graph = gm
+        compiled = inductor_compile(gm, example_inputs)
+        self.stats.compiled_pieces += 1
+        self.stats.seconds += time.perf_counter() - start
+        return compiled
+
+
 # ANCHOR: compile_wrapper
 class TorchCompileWrapper:
     """Compiles a decorated model's forward once and dispatches every later call to it."""
@@ -74,25 +96,18 @@ class TorchCompileWrapper:
         self.model = model
         self.mode = mode
         self.stats = stats if stats is not None else CompileStats()
-        self.backend = backend if backend is not None else self._counting_inductor
+        self.backend = backend if backend is not None else _CountingInductor(self.stats)
         self.trace_once = mode in (CompilationMode.DYNAMO_TRACE_ONCE, CompilationMode.VLLM_COMPILE)
         self._original_code = type(model).forward.__code__
         self._compiled_code = None
         self._capturing_code = False
-        torch._dynamo.convert_frame.register_bytecode_hook(self._bytecode_hook)
+        # Removed once the compiled code is captured: a hook left registered would keep
+        # this wrapper, and through it the model and its KV cache, alive for ever.
+        self._hook = torch._dynamo.convert_frame.register_bytecode_hook(self._bytecode_hook)
         # One entry per compiled model in Dynamo's cache of this code object; tests and
         # benchmarks build many engines in one process.
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         self.compiled = torch.compile(model.forward, backend=self.backend, fullgraph=True, dynamic=False)
-
-    def _counting_inductor(self, gm, example_inputs):
-        start = time.perf_counter()
-        self.stats.dynamo_graphs += 1
-        self.stats.graph = gm
-        compiled = inductor_compile(gm, example_inputs)
-        self.stats.compiled_pieces += 1
-        self.stats.seconds += time.perf_counter() - start
-        return compiled
 
     # ANCHOR: trace_once
     def _bytecode_hook(self, old_code, new_code) -> None:
@@ -123,6 +138,8 @@ class TorchCompileWrapper:
                     return self.compiled(*args, **kwargs)
             finally:
                 self._capturing_code = False
+                if self._compiled_code is not None:
+                    self._hook.remove()
         return self.compiled(*args, **kwargs)
     # ANCHOR_END: trace_once
 
@@ -143,12 +160,7 @@ class TorchCompileWrapper:
     def attach(cls, model: torch.nn.Module, mode: CompilationMode, backend: Callable | None = None,
                stats: CompileStats | None = None) -> "TorchCompileWrapper":
         """Compile `model` under `mode`: from now on calling the model runs the compiled code."""
-        from mini_vllm.compilation.attention_op import register_attention_layers
-        from mini_vllm.layers.attention import attention_layers
-
-        register_attention_layers(model)
-        for layer in attention_layers(model):
-            layer.use_custom_op = True
+        use_attention_op(model)
         wrapper = cls(model, mode, backend, stats)
         model.__dict__["_compile_wrapper"] = wrapper
         return wrapper
@@ -157,9 +169,8 @@ class TorchCompileWrapper:
     def detach(model: torch.nn.Module) -> None:
         """Make `model` run as written again (an engine without compilation may reuse a
         model that an earlier engine compiled: benchmarks share one model between modes)."""
-        from mini_vllm.layers.attention import attention_layers
-
-        model.__dict__.pop("_compile_wrapper", None)
-        for layer in attention_layers(model):
-            layer.use_custom_op = False
+        wrapper = model.__dict__.pop("_compile_wrapper", None)
+        if wrapper is not None:
+            wrapper._hook.remove()
+        use_attention_op(model, enabled=False)
 # ANCHOR_END: compile_wrapper

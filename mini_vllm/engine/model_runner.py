@@ -23,6 +23,7 @@ import gc
 import logging
 import math
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Sequence as SequenceT
 
@@ -41,7 +42,7 @@ from mini_vllm.engine.model_inputs import ModelInputs, pad_inputs, prepare_input
 from mini_vllm.engine.scheduler_output import SchedulerOutput
 from mini_vllm.engine.stats import StepRecord
 from mini_vllm.forward_context import BatchDescriptor, set_forward_context
-from mini_vllm.layers.attention import bind_kv_caches
+from mini_vllm.layers.attention import attention_layers, bind_kv_caches, static_forward_context
 from mini_vllm.layers.sampler import Sampler, make_generator
 
 __all__ = ["CaptureReport", "ModelRunner", "SampledTokens"]
@@ -74,6 +75,13 @@ class SampledTokens:
         return sampled
 
 
+def _unbind_kv_caches(model: torch.nn.Module, kv_caches: list[torch.Tensor]) -> None:
+    """Unbind `kv_caches` from `model`'s layers, unless another engine has bound its own since."""
+    layers = attention_layers(model)
+    if all(layer.kv_cache is cache for layer, cache in zip(layers, kv_caches)):
+        bind_kv_caches(model, None, None)
+
+
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, config: EngineConfig, max_model_len: int, num_kv_blocks: int) -> None:
         self.model = model
@@ -94,6 +102,11 @@ class ModelRunner:
         )
         self.attn_backend = PagedAttentionBackend()
         bind_kv_caches(model, self.attn_backend, self.kv_caches)
+        # A model may outlive its engine (benchmarks build one engine after another on
+        # one model): when this runner goes, its cache must not stay bound to the layers.
+        weakref.finalize(self, _unbind_kv_caches, model, self.kv_caches)
+        # Where the compiled attention op finds each layer, set in every forward context.
+        self.static_forward_context = static_forward_context(model)
         # ANCHOR_END: kv_cache
 
         # ANCHOR: persistent_buffers
@@ -219,6 +232,10 @@ class ModelRunner:
             self.input_ids.index_copy_(0, index[0], self._prev_sampled.index_select(0, index[1]))
     # ANCHOR_END: fill_placeholders
 
+    def _forward_context(self, mode: CUDAGraphMode, descriptor: BatchDescriptor | None,
+                         metadata: PagedAttentionMetadata):
+        return set_forward_context(mode, descriptor, metadata, no_compile_layers=self.static_forward_context)
+
     def _table_width(self, inputs: ModelInputs, runtime_mode: CUDAGraphMode) -> int:
         if runtime_mode is CUDAGraphMode.FULL:
             return self.max_blocks_per_seq  # a captured graph reads the whole table, always
@@ -240,7 +257,7 @@ class ModelRunner:
         metadata = self._copy_in(padded, self._table_width(padded, runtime_mode))
         n = padded.num_tokens
         forward_start = self._timestamp() if self.time_forward else 0.0
-        with set_forward_context(runtime_mode, descriptor, metadata):
+        with self._forward_context(runtime_mode, descriptor, metadata):
             hidden_states = self.graphs.forward(self.input_ids[:n], self.positions[:n])
         forward_seconds = self._timestamp() - forward_start if self.time_forward else 0.0
         sampled: list[int | None] = [None] * output.num_reqs
@@ -316,7 +333,7 @@ class ModelRunner:
 
         def run_once() -> None:
             metadata = self._copy_in(inputs, self._table_width(inputs, CUDAGraphMode.NONE))
-            with set_forward_context(CUDAGraphMode.NONE, None, metadata):
+            with self._forward_context(CUDAGraphMode.NONE, None, metadata):
                 self.graphs.forward(self.input_ids[:n], self.positions[:n])
             self.graph_backend.synchronize()
 
@@ -347,9 +364,9 @@ class ModelRunner:
                 n = inputs.num_tokens
                 width = self._table_width(inputs, mode)
                 metadata = self._copy_in(inputs, width)
-                with self.graph_backend.warmup_context(), set_forward_context(CUDAGraphMode.NONE, descriptor, metadata):
+                with self.graph_backend.warmup_context(), self._forward_context(CUDAGraphMode.NONE, descriptor, metadata):
                     self.graphs.forward(self.input_ids[:n], self.positions[:n])
-                with set_forward_context(mode, descriptor, metadata):
+                with self._forward_context(mode, descriptor, metadata):
                     self.graphs.forward(self.input_ids[:n], self.positions[:n])
             self.graph_backend.synchronize()
         finally:

@@ -24,7 +24,7 @@ from mini_vllm.forward_context import get_forward_context
 if TYPE_CHECKING:
     from mini_vllm.attention.backend import AttentionBackend
 
-__all__ = ["Attention", "attention_layers", "bind_kv_caches"]
+__all__ = ["Attention", "attention_layers", "bind_kv_caches", "static_forward_context"]
 
 
 class Attention(nn.Module):
@@ -42,7 +42,8 @@ class Attention(nn.Module):
         self.kv_cache: torch.Tensor | None = None
         self.impl: AttentionBackend | None = None
         # Under torch.compile the layer calls the opaque `mini_vllm::attention` op by
-        # name instead of its backend directly (mini_vllm/compilation/attention_op.py).
+        # name instead of its backend directly (mini_vllm/compilation/attention_op.py);
+        # the op finds the layer by that name in the forward context.
         self.use_custom_op = False
         self.layer_name = f"layers.{layer_idx}.attn"
 
@@ -94,6 +95,19 @@ class Attention(nn.Module):
 def attention_layers(model: nn.Module) -> list[Attention]:
     """The model's Attention layers, in layer order."""
     return sorted((m for m in model.modules() if isinstance(m, Attention)), key=lambda m: m.layer_idx)
+
+
+def static_forward_context(model: nn.Module) -> dict[str, Attention]:
+    """The model's Attention layers by `layer_name`: what a forward context carries so that
+    the attention op can find its layer (vLLM: `CompilationConfig.static_forward_context`).
+
+    Made once and kept on the model itself (walking the modules costs a few hundred
+    microseconds, too much for every step); it goes away with the model.
+    """
+    layers = model.__dict__.get("_static_forward_context")
+    if layers is None:
+        layers = model.__dict__["_static_forward_context"] = {a.layer_name: a for a in attention_layers(model)}
+    return layers
 
 
 # ANCHOR: bind_kv_caches

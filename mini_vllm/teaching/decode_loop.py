@@ -43,7 +43,7 @@ from mini_vllm.attention.contiguous import (
 from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.errors import UserError
 from mini_vllm.forward_context import set_forward_context
-from mini_vllm.layers.attention import bind_kv_caches
+from mini_vllm.layers.attention import bind_kv_caches, static_forward_context
 from mini_vllm.engine.sequence import FinishReason, check_stop
 from mini_vllm.layers.sampler import Sampler, make_generator
 from mini_vllm.sampling_params import SamplingParams
@@ -94,7 +94,8 @@ def run_model_step(model, input_ids: torch.Tensor, positions: torch.Tensor,
 
     Returns the logits of `sample_rows` only (None: of every row).
     """
-    with set_forward_context(CUDAGraphMode.NONE, attn_metadata=metadata):
+    with set_forward_context(CUDAGraphMode.NONE, attn_metadata=metadata,
+                             no_compile_layers=static_forward_context(model)):
         hidden_states = model(input_ids, positions)
     if sample_rows is not None:
         # Only the rows that will be sampled go through the LM head (at prefill: the

@@ -20,11 +20,11 @@ import torch.fx
 
 import mini_vllm.compilation.attention_op  # noqa: F401  (registers torch.ops.mini_vllm.attention)
 from mini_vllm.attention.paged import PagedAttentionBackend, PagedAttentionMetadata, allocate_paged_kv_caches
-from mini_vllm.compilation.attention_op import register_attention_layers
+from mini_vllm.compilation.attention_op import use_attention_op
 from mini_vllm.compilation.split import trace_with_opaque_attention as course_trace
 from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.forward_context import set_forward_context
-from mini_vllm.layers.attention import Attention, attention_layers, bind_kv_caches
+from mini_vllm.layers.attention import Attention, bind_kv_caches, static_forward_context
 from mini_vllm.models.loader import load_model
 
 impl = implementation(__file__, starter="split.py", reference="mini_vllm.compilation.split")
@@ -86,9 +86,11 @@ DECODE = [(5, 1, [3, 4]), (2, 1, [5]), (9, 1, [6, 7, 8])]
 MIXED = [(4, 1, [9, 10]), (2, 3, [11, 12])]
 
 
-def run(fn, rows):
+def run(fn, rows, model=None):
+    """`fn` on the batch of `rows`; `model`: whose layers the attention op may look up."""
     ids, positions, metadata = batch(rows)
-    with torch.inference_mode(), set_forward_context(CUDAGraphMode.NONE, None, metadata):
+    layers = static_forward_context(model) if model is not None else None
+    with torch.inference_mode(), set_forward_context(CUDAGraphMode.NONE, None, metadata, layers):
         return fn(ids, positions).clone()
 
 
@@ -301,9 +303,7 @@ def test_dynamo_graph_splits_at_the_custom_op_and_runs_like_eager():
     # A model of its own: its attention layers call the custom op, as under VLLM_COMPILE.
     model = tiny_model()
     expected = {name: run(model.model, rows) for name, rows in (("prefill", PREFILL), ("decode", DECODE))}
-    register_attention_layers(model)
-    for layer in attention_layers(model):
-        layer.use_custom_op = True
+    use_attention_op(model)
     seen = []
 
     def backend(gm, example_inputs):
@@ -314,7 +314,7 @@ def test_dynamo_graph_splits_at_the_custom_op_and_runs_like_eager():
 
     lm = model.model
     compiled = torch.compile(lambda ids, pos: lm.forward(ids, pos), backend=backend, fullgraph=True, dynamic=True)
-    got = {name: run(compiled, rows) for name, rows in (("prefill", PREFILL), ("decode", DECODE))}
+    got = {name: run(compiled, rows, model) for name, rows in (("prefill", PREFILL), ("decode", DECODE))}
     layers = model.config.num_hidden_layers
     assert len(seen) == 1, "one trace serves both batches (the token dimension is dynamic)"
     assert [item.is_splitting_graph for item in seen[0]] == [False, True] * layers + [False]
