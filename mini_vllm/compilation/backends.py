@@ -23,11 +23,11 @@ import torch
 from mini_vllm.compilation.cuda_graph import CUDAGraphWrapper, GraphCounters
 from mini_vllm.compilation.decorators import TorchCompileWrapper
 from mini_vllm.compilation.graph_backend import GraphBackend
-from mini_vllm.compilation.piecewise_backend import CompileStats, PiecewiseCompileBackend
+from mini_vllm.compilation.piecewise_backend import CompileStats, ModelPieces, PiecewiseCompileBackend
 from mini_vllm.compilation.split import SplitItem, is_attention_node, split_graph, trace_with_opaque_attention
 from mini_vllm.config.compilation import CompilationMode, CUDAGraphMode
 
-__all__ = ["GraphForward", "build_graph_forward", "wrap_pieces"]
+__all__ = ["GraphForward", "build_graph_forward"]
 
 
 @dataclass
@@ -37,54 +37,24 @@ class GraphForward:
     forward: Callable[..., Any]
     counters: GraphCounters = field(default_factory=GraphCounters)
     full_wrapper: CUDAGraphWrapper | None = None
-    _piece_wrappers: list[CUDAGraphWrapper] = field(default_factory=list)
-    _split_items: list[SplitItem] = field(default_factory=list)
+    # With torch.compile the pieces exist only once Dynamo has traced the model.
+    pieces: ModelPieces = field(default_factory=lambda: ModelPieces(None))
     compile_stats: CompileStats | None = None  # set when the model is compiled
     compiler: TorchCompileWrapper | None = None
     fusion: bool = False  # the fusion pass runs on the compiled graph
 
-    # With torch.compile the pieces only exist once Dynamo has traced the model, so
-    # they are read from the compile statistics rather than fixed at build time.
     @property
     def piece_wrappers(self) -> list[CUDAGraphWrapper]:
-        return self.compile_stats.piece_wrappers if self.compile_stats else self._piece_wrappers
+        return self.pieces.wrappers
 
     @property
     def split_items(self) -> list[SplitItem]:
-        return self.compile_stats.split_items if self.compile_stats else self._split_items
+        return self.pieces.split_items
 
     @property
     def num_captured_graphs(self) -> int:
         wrappers = self.piece_wrappers + ([self.full_wrapper] if self.full_wrapper else [])
         return sum(len(w.entries) for w in wrappers)
-
-
-# ANCHOR: wrap_pieces
-def wrap_pieces(
-    split_module: torch.fx.GraphModule,
-    items: list[SplitItem],
-    backend: GraphBackend,
-    pool: Any,
-    counters: GraphCounters,
-    compile_piece: Callable[[torch.nn.Module, int], Callable[..., Any]] | None = None,
-) -> list[CUDAGraphWrapper]:
-    """Replace each non-attention piece of the split module by a PIECEWISE wrapper of it."""
-    wrappers = []
-    first = True
-    for item in items:
-        if item.is_splitting_graph:
-            continue  # attention: stays eager, sees the step's real metadata
-        runnable = compile_piece(item.module, item.graph_id) if compile_piece else item.module
-        wrapper = CUDAGraphWrapper(
-            runnable, CUDAGraphMode.PIECEWISE, backend, pool, name=item.submod_name,
-            counters=counters, gc_disable=not first,
-        )
-        # Bypass nn.Module.__setattr__: the generated forward looks the piece up by name.
-        split_module.__dict__[item.submod_name] = wrapper
-        wrappers.append(wrapper)
-        first = False
-    return wrappers
-# ANCHOR_END: wrap_pieces
 
 
 # ANCHOR: build_graph_forward
@@ -107,7 +77,8 @@ def build_graph_forward(
     where its fused kernels exist.
     """
     counters = GraphCounters()
-    result = GraphForward(model, counters)
+    pieces = ModelPieces(backend if mode.requires_piecewise_compilation() else None, pool, counters)
+    result = GraphForward(model, counters, pieces=pieces)
     forward: Callable[..., Any] = model
     TorchCompileWrapper.detach(model)  # whatever an earlier engine attached to this model
     if compilation_mode is not CompilationMode.NONE:
@@ -115,18 +86,18 @@ def build_graph_forward(
         piece_backend = None
         if compilation_mode is CompilationMode.VLLM_COMPILE:
             result.fusion = backend.name == "cuda" if fusion is None else fusion
-            piece_backend = PiecewiseCompileBackend(
-                backend, pool, counters, piecewise_graphs=mode.requires_piecewise_compilation(), stats=stats,
-                fusion=result.fusion,
-            )
+            piece_backend = PiecewiseCompileBackend(pieces, stats, fusion=result.fusion)
         result.compiler = TorchCompileWrapper.attach(model, compilation_mode, piece_backend, stats)
         result.compile_stats = stats
     elif mode.requires_piecewise_compilation():
+        # ANCHOR: fx_pieces
         traced = trace_with_opaque_attention(model)
-        split, items = split_graph(traced, is_attention_node(traced))
-        result._piece_wrappers = wrap_pieces(split, items, backend, pool, counters)
-        result._split_items = items
+        split, pieces.split_items = split_graph(traced, is_attention_node(traced))
+        for item in pieces.split_items:
+            if not item.is_splitting_graph:  # attention stays eager: it sees each step's metadata
+                pieces.install(split, item.submod_name, item.module)
         forward = split
+        # ANCHOR_END: fx_pieces
     if mode.has_full_cudagraphs():
         result.full_wrapper = CUDAGraphWrapper(
             forward, CUDAGraphMode.FULL, backend, pool, name=f"{type(model).__name__} (full)", debug=debug,

@@ -25,7 +25,6 @@ from unittest import mock
 
 import torch
 
-from mini_vllm.compilation.cpu_graph import CallableGraph
 from mini_vllm.compilation.graph_backend import GraphBackend
 from mini_vllm.compilation.monitor import validate_cudagraph_capturing_enabled
 from mini_vllm.config.compilation import CUDAGraphMode
@@ -49,11 +48,6 @@ class GraphCounters:
 
     captured: int = 0
     replayed: int = 0
-
-
-def is_compiled(runnable: Any) -> bool:
-    """A piece compiled by Inductor, or a model whose calls go to compiled code."""
-    return bool(getattr(runnable, "mini_vllm_compiled", False)) or "_compile_wrapper" in getattr(runnable, "__dict__", {})
 
 
 def _tensor_addresses(args: tuple) -> list[int]:
@@ -121,7 +115,7 @@ class CUDAGraphWrapper:
     # ANCHOR: wrapper_capture
     def _capture(self, descriptor: BatchDescriptor, args: tuple, kwargs: dict) -> Any:
         validate_cudagraph_capturing_enabled(f"a {self.runtime_mode.name} graph of {self.name} for {descriptor}")
-        entry = CUDAGraphEntry(descriptor, graph=self.backend.new_graph(), input_addresses=_tensor_addresses(args))
+        entry = CUDAGraphEntry(descriptor, input_addresses=_tensor_addresses(args))
         patches = []
         if self.gc_disable:
             patches = [mock.patch("gc.collect", lambda *a, **k: 0)]
@@ -130,12 +124,7 @@ class CUDAGraphWrapper:
         for patch in patches:
             patch.start()
         try:
-            if self.backend.records_aten_ops and is_compiled(self.runnable):
-                entry.graph = CallableGraph()  # compiled CPU code is not made of ATen ops
-                entry.output = entry.graph.capture(self.runnable, args, kwargs)
-            else:
-                with self.backend.capture(entry.graph, self.pool):
-                    entry.output = self.runnable(*args, **kwargs)
+            entry.graph, entry.output = self.backend.capture(self.runnable, args, kwargs, self.pool)
         finally:
             for patch in reversed(patches):
                 patch.stop()

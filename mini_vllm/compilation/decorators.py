@@ -56,6 +56,8 @@ def support_torch_compile(cls=None, *, dynamic_arg_dims: dict[str, int] | None =
 
         cls.__call__ = __call__
         cls._supports_torch_compile = True
+        # Whether calls run compiled code now (the CPU graph backend records those whole).
+        cls.runs_compiled_code = property(lambda self: "_compile_wrapper" in self.__dict__)
         return cls
 
     return decorate(cls) if cls is not None else decorate

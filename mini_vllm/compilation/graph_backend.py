@@ -4,36 +4,36 @@ vLLM counterpart: the platform hooks in vllm/platforms/ (`current_platform.graph
 `get_global_graph_pool`) and the torch.cuda calls in vllm/compilation/cuda_graph.py and
 `GPUModelRunner.capture_model` (side-stream warm-up, `torch.cuda.graph`,
 `torch.cuda.mem_get_info`). One small class per device keeps the wrapper and the runner
-free of `if device == "cuda"` branches.
+free of `if device == "cuda"` branches: the backend decides what kind of graph records a
+call, and the wrapper only asks it to capture one.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
-from mini_vllm.compilation.cpu_graph import CPUGraph, cpu_graph
+from mini_vllm.compilation.cpu_graph import CallableGraph, CPUGraph, cpu_graph
 
 __all__ = ["CPUGraphBackend", "CUDAGraphBackend", "GraphBackend", "graph_backend_for"]
 
 
 class GraphBackend:
     name = "abstract"
-    # True when a capture records ATen operators (the CPU recorder) rather than the
-    # device's kernels: compiled code must then be captured at the call level.
-    records_aten_ops = False
 
-    def new_graph(self) -> Any:
+    def capture(self, runnable: Callable[..., Any], args: tuple, kwargs: dict, pool: Any) -> tuple[Any, Any]:
+        """Record one call `runnable(*args, **kwargs)` into a new graph: `(graph, output)`.
+
+        The graph has `replay()`; each replay recomputes `output` in place, from whatever
+        the captured inputs hold by then.
+        """
         raise NotImplementedError
 
     def new_pool(self) -> Any:
         """A memory pool every graph of the engine captures into (one per engine)."""
         return None
-
-    def capture(self, graph: Any, pool: Any) -> "contextlib.AbstractContextManager":
-        raise NotImplementedError
 
     def warmup_context(self) -> "contextlib.AbstractContextManager":
         """Where the eager warm-up before a capture runs."""
@@ -54,14 +54,14 @@ class CUDAGraphBackend(GraphBackend):
     def __init__(self, device: torch.device) -> None:
         self.device = device
 
-    def new_graph(self) -> torch.cuda.CUDAGraph:
-        return torch.cuda.CUDAGraph()
+    def capture(self, runnable, args, kwargs, pool):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            output = runnable(*args, **kwargs)
+        return graph, output
 
     def new_pool(self) -> Any:
         return torch.cuda.graph_pool_handle()
-
-    def capture(self, graph: torch.cuda.CUDAGraph, pool: Any):
-        return torch.cuda.graph(graph, pool=pool)
 
     @contextlib.contextmanager
     def warmup_context(self) -> Iterator[None]:
@@ -83,13 +83,17 @@ class CUDAGraphBackend(GraphBackend):
 
 class CPUGraphBackend(GraphBackend):
     name = "cpu-recording"
-    records_aten_ops = True
 
-    def new_graph(self) -> CPUGraph:
-        return CPUGraph()
-
-    def capture(self, graph: CPUGraph, pool: Any):
-        return cpu_graph(graph, pool=pool)
+    def capture(self, runnable, args, kwargs, pool):
+        if getattr(runnable, "runs_compiled_code", False):
+            # Inductor's CPU kernels are C++ called directly, not ATen operators the
+            # recorder could see: record the call itself (mini_vllm/compilation/cpu_graph.py).
+            graph = CallableGraph()
+            return graph, graph.capture(runnable, args, kwargs)
+        graph = CPUGraph()
+        with cpu_graph(graph, pool=pool):
+            output = runnable(*args, **kwargs)
+        return graph, output
 
 
 def graph_backend_for(device: torch.device | str) -> GraphBackend:

@@ -25,7 +25,7 @@ cache, so a 30-layer model compiles little more than three distinct pieces.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -48,15 +48,46 @@ class CompileStats:
     compiled_pieces: int = 0  # Inductor compilations (pieces; 1 per graph without a split)
     fused_pairs: int = 0  # op pairs the fusion passes replaced by one op
     seconds: float = 0.0  # wall time spent in the backend (Inductor included)
-    split_items: list[SplitItem] = field(default_factory=list)
-    piece_wrappers: list[CUDAGraphWrapper] = field(default_factory=list)
     graph: torch.fx.GraphModule | None = None  # the last graph Dynamo traced (for diagnostics)
 
 
-class CompiledPiece:
-    """A piece compiled by Inductor (marked, so that graph capture knows what it holds)."""
+# ANCHOR: model_pieces
+class ModelPieces:
+    """The pieces of one split model and the PIECEWISE graph wrappers around them.
 
-    mini_vllm_compiled = True
+    Both ways of cutting a model (torch.fx without compilation, Dynamo with it) install
+    their pieces here, so the rule is written once: each capturable piece is replaced,
+    inside the split module, by a PIECEWISE `CUDAGraphWrapper` of it (or left as it is
+    when the engine has no piecewise graphs), in piece order (vLLM:
+    `PiecewiseCompileInterpreter.call_module` in vllm/compilation/backends.py).
+    """
+
+    def __init__(self, graph_backend: GraphBackend | None, pool: Any = None,
+                 counters: GraphCounters | None = None) -> None:
+        self.graph_backend = graph_backend  # None: no piecewise graphs
+        self.pool = pool
+        self.counters = counters if counters is not None else GraphCounters()
+        self.split_items: list[SplitItem] = []
+        self.wrappers: list[CUDAGraphWrapper] = []
+
+    def install(self, split_module: torch.fx.GraphModule, name: str, runnable: Callable[..., Any]) -> None:
+        if self.graph_backend is not None:
+            # Collecting garbage before each capture would make a piecewise capture crawl
+            # (one graph per piece and size): only the first piece does it (vLLM's gc_disable).
+            runnable = CUDAGraphWrapper(
+                runnable, CUDAGraphMode.PIECEWISE, self.graph_backend, self.pool, name=name,
+                counters=self.counters, gc_disable=bool(self.wrappers),
+            )
+            self.wrappers.append(runnable)
+        # Bypass nn.Module.__setattr__: the split module's generated forward calls the piece by name.
+        split_module.__dict__[name] = runnable
+# ANCHOR_END: model_pieces
+
+
+class CompiledPiece:
+    """A piece compiled by Inductor (it says so, for the CPU graph backend's choice of graph)."""
+
+    runs_compiled_code = True
 
     def __init__(self, compiled: Callable[..., Any], name: str) -> None:
         self.compiled = compiled
@@ -102,22 +133,9 @@ class _PieceCompiler(torch.fx.Interpreter):
 class PiecewiseCompileBackend:
     """`torch.compile(..., backend=PiecewiseCompileBackend(...))` for VLLM_COMPILE."""
 
-    def __init__(
-        self,
-        graph_backend: GraphBackend | None,
-        pool: Any = None,
-        counters: GraphCounters | None = None,
-        piecewise_graphs: bool = True,
-        stats: CompileStats | None = None,
-        compile_pieces: bool = True,
-        fusion: bool = False,
-    ) -> None:
-        self.graph_backend = graph_backend
-        self.pool = pool
-        self.counters = counters if counters is not None else GraphCounters()
-        self.piecewise_graphs = piecewise_graphs and graph_backend is not None
+    def __init__(self, pieces: ModelPieces, stats: CompileStats | None = None, fusion: bool = False) -> None:
+        self.pieces = pieces
         self.stats = stats if stats is not None else CompileStats()
-        self.compile_pieces = compile_pieces  # False: keep pieces as FX (to inspect the split)
         self.fusion = fusion  # run the fusion passes (mini_vllm/compilation/fusion.py)
 
     @property
@@ -133,24 +151,15 @@ class PiecewiseCompileBackend:
             self.stats.fused_pairs += run_fusion_passes(gm)
         self.stats.graph = gm
         split, items = split_graph(gm, is_attention_node(gm))
-        self.stats.split_items = items
+        self.pieces.split_items = items
         to_compile = {item.submod_name for item in items if not item.is_splitting_graph}
-        first_wrapper = [True]
 
         # ANCHOR: compile_piece
         def compile_piece(name: str, module: torch.fx.GraphModule, args: tuple) -> None:
             if name not in to_compile:
                 return  # attention: stays the opaque eager op
-            runnable = CompiledPiece(inductor_compile(module, list(args)), name) if self.compile_pieces else module
             self.stats.compiled_pieces += 1
-            if self.piecewise_graphs:
-                runnable = CUDAGraphWrapper(
-                    runnable, CUDAGraphMode.PIECEWISE, self.graph_backend, self.pool, name=name,
-                    counters=self.counters, gc_disable=not first_wrapper[0],
-                )
-                first_wrapper[0] = False
-                self.stats.piece_wrappers.append(runnable)
-            split.__dict__[name] = runnable  # the split module's forward calls it by name
+            self.pieces.install(split, name, CompiledPiece(inductor_compile(module, list(args)), name))
         # ANCHOR_END: compile_piece
 
         # Dynamo hands over the parameters as the real tensors and the inputs as fake
