@@ -13,6 +13,7 @@ import os
 import sys
 
 from mini_vllm import envs
+from mini_vllm.errors import UserError
 
 COMMANDS = {
     "generate": "mini_vllm.cli.generate",
@@ -28,12 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     subparsers.required = True
     modules = {}
     for name, module_name in COMMANDS.items():
-        try:
-            modules[name] = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue  # a command not built yet
+        modules[name] = importlib.import_module(module_name)
         modules[name].add_parser(subparsers)
     args = parser.parse_args(argv)
     try:
@@ -41,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `... | head` closed the pipe: not an error
         sys.stdout = open(os.devnull, "w")
         return 0
-    except ValueError as exc:  # UserError is a ValueError; MINI_VLLM_DEBUG=1 shows the traceback
+    except UserError as exc:
+        # A mistake in what was asked: one line (MINI_VLLM_DEBUG=1 adds the traceback).
+        # Any other exception is a bug, not the user's mistake, and keeps its traceback.
         if envs.MINI_VLLM_DEBUG:
             raise
         print(f"error: {exc}", file=sys.stderr)

@@ -10,7 +10,7 @@ Read them as attributes: `from mini_vllm import envs; envs.MINI_VLLM_PDL`.
                          "torch": the plain torch path everywhere
     MINI_VLLM_PDL        "1" (default): the Triton kernels use programmatic dependent launch
                          where the GPU has it (Hopper on); "0": never
-    MINI_VLLM_DEBUG      "1": the command line shows the traceback of a user error too
+    MINI_VLLM_DEBUG      "1" (anything but "0"): the command line shows a user error's traceback too
 
 Outside the package: the labs read MINI_VLLM_IMPL and MINI_VLLM_STARTER_DIR
 (labs/labkit.py), the set-up script MINI_VLLM_VENV and MINI_VLLM_TORCH_SPEC
@@ -53,7 +53,8 @@ environment_variables: dict[str, Callable[[], Any]] = {
     "MINI_VLLM_CACHE": _cache_root,
     "MINI_VLLM_ATTENTION": _choice("MINI_VLLM_ATTENTION", "auto", ("auto", "torch")),
     "MINI_VLLM_PDL": lambda: _choice("MINI_VLLM_PDL", "1", _on_off)() == "1",
-    "MINI_VLLM_DEBUG": lambda: _choice("MINI_VLLM_DEBUG", "0", _on_off)() == "1",
+    # Read while reporting another error, so it never raises one of its own: anything but 0 is on.
+    "MINI_VLLM_DEBUG": lambda: os.environ.get("MINI_VLLM_DEBUG", "0").strip() not in ("", "0"),
 }
 
 

@@ -26,9 +26,6 @@ from mini_vllm.utils import cpu_threads_context
 
 __all__ = ["LLM"]
 
-Prompt = "str | list[int]"
-
-
 class LLM:
     def __init__(self, model: str = "smollm2-135m-instruct", **engine_kwargs: object) -> None:
         config = EngineConfig.from_kwargs(model=model, **engine_kwargs)
@@ -82,7 +79,7 @@ class LLM:
         params = sampling_params if sampling_params is not None else SamplingParams()
         params_list = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
         if len(params_list) != len(prompts):
-            raise ValueError(f"{len(prompts)} prompts but {len(params_list)} SamplingParams")
+            raise UserError(f"{len(prompts)} prompts but {len(params_list)} SamplingParams")
         if not all(isinstance(p, SamplingParams) for p in params_list):
             raise TypeError("sampling_params must be SamplingParams (or a list of them)")
         encoded = [self._encode(p) for p in prompts]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from mini_vllm.errors import UserError
+
 __all__ = ["SamplingParams"]
 
 
@@ -26,7 +28,7 @@ class SamplingParams:
         allowed = {f.name: f.default for f in fields(self)}
         unknown = sorted(set(options) - set(allowed))
         if unknown:
-            raise ValueError(
+            raise UserError(
                 f"unknown sampling option(s) {unknown}; allowed: {', '.join(allowed)}"
             )
         for name, default in allowed.items():
@@ -35,15 +37,15 @@ class SamplingParams:
 
     def _validate(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+            raise UserError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
         if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)) or self.temperature < 0:
-            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+            raise UserError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
         if not isinstance(self.top_k, int) or self.top_k < -1:
-            raise ValueError(f"top_k must be -1, 0 (off) or a positive integer, got {self.top_k!r}")
+            raise UserError(f"top_k must be -1, 0 (off) or a positive integer, got {self.top_k!r}")
         if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+            raise UserError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if self.seed is not None and not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
+            raise UserError(f"seed must be an integer or None, got {self.seed!r}")
 
     @property
     def greedy(self) -> bool:

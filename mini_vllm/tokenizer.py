@@ -23,6 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
+from mini_vllm.errors import UserError
+
 __all__ = [
     "ByteTokenizer",
     "IncrementalDetokenizer",
@@ -101,7 +103,7 @@ class Tokenizer:
         contains every special token it wants.
         """
         if not self.chat_template:
-            raise ValueError("this tokenizer has no chat template")
+            raise UserError("this tokenizer has no chat template")
         template = _compile_template(self.chat_template)
         return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
                                tools=None, documents=None, **self.special_tokens)
@@ -157,7 +159,7 @@ class ByteTokenizer:
         return "".join(out)
 
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        raise ValueError("the byte tokenizer has no chat template (this model has no tokenizer of its own)")
+        raise UserError("the byte tokenizer has no chat template (this model has no tokenizer of its own)")
 
 
 def default_tokenizer(config: Any) -> ByteTokenizer:

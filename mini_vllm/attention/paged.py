@@ -31,7 +31,11 @@ import torch.nn.functional as F
 
 from mini_vllm import envs
 from mini_vllm.attention.backend import AttentionBackend
-from mini_vllm.attention.triton_decode import triton_available, triton_paged_decode, triton_write_kv
+from mini_vllm.attention.triton_decode import (
+    triton_available,
+    triton_paged_decode,
+    triton_write_kv,
+)
 from mini_vllm.config.compilation import AttentionCGSupport
 from mini_vllm.layers.rotary_embedding import apply_deferred_rope
 

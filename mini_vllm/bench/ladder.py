@@ -35,6 +35,7 @@ from mini_vllm.config.capture_sizes import padding_waste
 from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.engine.cudagraph_dispatcher import CudagraphDispatcher
 from mini_vllm.engine.stats import EngineStats, StepRecord
+from mini_vllm.errors import UserError
 from mini_vllm.llm import LLM
 from mini_vllm.models.loader import load_model
 from mini_vllm.sampling_params import SamplingParams
@@ -80,7 +81,7 @@ def _histogram(trace: "Mapping[int, int] | Iterable[int]") -> Counter:
     )
     bad = sorted(k for k, v in counts.items() if v and k < 1)
     if bad:
-        raise ValueError(f"batch sizes are >= 1, got {bad}")
+        raise UserError(f"batch sizes are >= 1, got {bad}")
     return Counter({k: v for k, v in counts.items() if v > 0})
 
 
@@ -117,7 +118,7 @@ class LadderScore:
 def _check_ladder(ladder: Iterable[int]) -> tuple[int, ...]:
     rungs = list(ladder)
     if any(not isinstance(r, int) or isinstance(r, bool) or r < 1 for r in rungs):
-        raise ValueError(f"rungs are positive integers, got {rungs}")
+        raise UserError(f"rungs are positive integers, got {rungs}")
     return tuple(sorted(set(rungs)))
 
 
@@ -171,7 +172,7 @@ def score_with_engine(
 def powers_of_two_ladder(num_graphs: int) -> list[int]:
     """The naive ladder of `num_graphs` rungs: 1, 2, 4, ..., 2**(num_graphs - 1)."""
     if num_graphs < 1:
-        raise ValueError(f"a ladder has at least one rung, got {num_graphs}")
+        raise UserError(f"a ladder has at least one rung, got {num_graphs}")
     return [2**i for i in range(num_graphs)]
 
 
@@ -199,12 +200,12 @@ def choose_ladder(
     Raises ValueError if no ladder within the bounds reaches the hit rate.
     """
     if max_graphs < 1:
-        raise ValueError(f"max_graphs must be >= 1 (a ladder needs a rung), got {max_graphs}")
+        raise UserError(f"max_graphs must be >= 1 (a ladder needs a rung), got {max_graphs}")
     if not 0.0 <= min_hit_rate <= 1.0:
-        raise ValueError(f"min_hit_rate is a share of steps in [0, 1], got {min_hit_rate}")
+        raise UserError(f"min_hit_rate is a share of steps in [0, 1], got {min_hit_rate}")
     counts = _histogram(trace)
     if not counts:
-        raise ValueError("the trace holds no decode steps: record a run first")
+        raise UserError("the trace holds no decode steps: record a run first")
     sizes = sorted(counts)
     total = sum(counts.values())
     # The top rung: the first size whose cumulative share of steps reaches the target.
@@ -216,7 +217,7 @@ def choose_ladder(
             break
     if max_capture_size is not None and sizes[top] > max_capture_size:
         reachable = sum(c for s, c in counts.items() if s <= max_capture_size) / total
-        raise ValueError(
+        raise UserError(
             f"no ladder with rungs <= {max_capture_size} reaches a hit rate of {min_hit_rate:.0%}: "
             f"only {reachable:.1%} of decode steps are that small; {sizes[top]} is the smallest top rung "
             f"that would do (raise max_capture_size, or lower min_hit_rate)"

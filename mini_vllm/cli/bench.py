@@ -77,7 +77,10 @@ def _run_decode(args: argparse.Namespace) -> int:
 
 
 def _run_decode_graphs(args: argparse.Namespace) -> int:
-    from mini_vllm.bench.decode_graphs import format_graph_markdown, run_graph_decode_bench
+    from mini_vllm.bench.decode_graphs import (
+        format_graph_markdown,
+        run_graph_decode_bench,
+    )
     from mini_vllm.bench.harness import check_modes
     from mini_vllm.errors import UserError
 
@@ -146,7 +149,10 @@ def _add_throughput(subparsers) -> None:
 
 
 def _run_throughput(args: argparse.Namespace) -> int:
-    from mini_vllm.bench.throughput import format_throughput_markdown, run_throughput_bench
+    from mini_vllm.bench.throughput import (
+        format_throughput_markdown,
+        run_throughput_bench,
+    )
     from mini_vllm.errors import UserError
 
     if args.num_prompts < 1 or args.new_tokens < 1 or args.max_num_seqs < 1:

@@ -44,15 +44,12 @@ def run(args: argparse.Namespace) -> int:
     from mini_vllm.models.loader import resolve_device
     from mini_vllm.sampling_params import SamplingParams
 
-    try:
-        params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                            max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
     resolve_device(args.device)  # fail on a missing GPU before loading anything
 
-    from mini_vllm.teaching.decode_loop import generate
     from mini_vllm.models.loader import load_model
+    from mini_vllm.teaching.decode_loop import generate
     from mini_vllm.tokenizer import default_tokenizer
 
     model, tokenizer, config = load_model(args.model, device=args.device, dtype=args.dtype, seed=0)

@@ -23,8 +23,17 @@ import torch
 from mini_vllm.compilation.cuda_graph import CUDAGraphWrapper, GraphCounters
 from mini_vllm.compilation.decorators import TorchCompileWrapper
 from mini_vllm.compilation.graph_backend import GraphBackend
-from mini_vllm.compilation.piecewise_backend import CompileStats, ModelPieces, PiecewiseCompileBackend
-from mini_vllm.compilation.split import SplitItem, is_attention_node, split_graph, trace_with_opaque_attention
+from mini_vllm.compilation.piecewise_backend import (
+    CompileStats,
+    ModelPieces,
+    PiecewiseCompileBackend,
+)
+from mini_vllm.compilation.split import (
+    SplitItem,
+    is_attention_node,
+    split_graph,
+    trace_with_opaque_attention,
+)
 from mini_vllm.config.compilation import CompilationMode, CUDAGraphMode
 
 __all__ = ["GraphForward", "build_graph_forward"]

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from mini_vllm.compilation.cpu_graph import CallableGraph, CPUGraph, cpu_graph
+from mini_vllm.errors import UserError
 
 __all__ = ["CPUGraphBackend", "CUDAGraphBackend", "GraphBackend", "graph_backend_for"]
 
@@ -102,4 +103,4 @@ def graph_backend_for(device: torch.device | str) -> GraphBackend:
         return CUDAGraphBackend(device)
     if device.type == "cpu":
         return CPUGraphBackend()
-    raise ValueError(f"no graph backend for device type {device.type!r}; use 'cuda' or 'cpu'")
+    raise UserError(f"no graph backend for device type {device.type!r}; use 'cuda' or 'cpu'")

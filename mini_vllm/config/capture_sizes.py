@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from mini_vllm.errors import UserError
+
 __all__ = [
     "LadderCost",
     "PaddingReport",
@@ -30,7 +32,7 @@ def default_capture_sizes(
 ) -> list[int]:
     """vLLM's default ladder: 1, 2, 4, then every 8 up to 248, then every 16 up to 512."""
     if max_num_seqs < 1 or max_num_batched_tokens < 1:
-        raise ValueError(
+        raise UserError(
             f"max_num_seqs and max_num_batched_tokens must be >= 1, "
             f"got {max_num_seqs} and {max_num_batched_tokens}"
         )
@@ -48,13 +50,13 @@ def normalize_capture_sizes(sizes: Iterable[int], max_num_batched_tokens: int) -
     """A user's ladder as vLLM keeps it: de-duplicated, within the token budget, ascending."""
     sizes = list(sizes)
     if not sizes:
-        raise ValueError("capture sizes must not be empty; pass enforce_eager=True to capture nothing")
+        raise UserError("capture sizes must not be empty; pass enforce_eager=True to capture nothing")
     bad = [s for s in sizes if not isinstance(s, int) or isinstance(s, bool) or s < 1]
     if bad:
-        raise ValueError(f"capture sizes must be positive integers, got {bad}")
+        raise UserError(f"capture sizes must be positive integers, got {bad}")
     kept = sorted({s for s in sizes if s <= max_num_batched_tokens})
     if not kept:
-        raise ValueError(
+        raise UserError(
             f"every capture size in {sorted(set(sizes))} is above max_num_batched_tokens="
             f"{max_num_batched_tokens}; nothing would be captured"
         )
@@ -65,7 +67,7 @@ def normalize_capture_sizes(sizes: Iterable[int], max_num_batched_tokens: int) -
 def padded_size(num_tokens: int, capture_sizes: list[int]) -> int | None:
     """The rung a batch runs on: the smallest capture size >= num_tokens, or None above the ladder."""
     if num_tokens < 1:
-        raise ValueError(f"a batch has at least one token, got {num_tokens}")
+        raise UserError(f"a batch has at least one token, got {num_tokens}")
     index = bisect.bisect_left(capture_sizes, num_tokens)
     return capture_sizes[index] if index < len(capture_sizes) else None
 # ANCHOR_END: padded_size
@@ -134,7 +136,7 @@ def ladder_cost(
 ) -> LadderCost:
     """Padding waste against start-up time and memory: more rungs, less waste, more graphs."""
     if capture_seconds_per_graph < 0 or memory_mib_per_graph < 0:
-        raise ValueError("per-graph capture time and memory must be >= 0")
+        raise UserError("per-graph capture time and memory must be >= 0")
     n = len(capture_sizes)
     return LadderCost(
         num_graphs=n,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import enum
 
+from mini_vllm.errors import UserError
+
 __all__ = ["AttentionCGSupport", "CUDAGraphMode", "CompilationMode", "resolve_cudagraph_mode"]
 
 
@@ -28,7 +30,7 @@ def _parse_member(enum_cls: type[enum.Enum], name: "str | enum.Enum | int"):
         except ValueError:
             pass
     allowed = ", ".join(m.name for m in enum_cls)
-    raise ValueError(f"unknown {enum_cls.__name__} {name!r}; choose one of: {allowed}")
+    raise UserError(f"unknown {enum_cls.__name__} {name!r}; choose one of: {allowed}")
 
 
 # ANCHOR: cudagraph_mode
@@ -122,7 +124,7 @@ def resolve_cudagraph_mode(
     mode = CUDAGraphMode.from_name(mode)
     attn_support = AttentionCGSupport(attn_support)
     if uniform_decode_query_len < 1:
-        raise ValueError(f"uniform_decode_query_len must be >= 1, got {uniform_decode_query_len}")
+        raise UserError(f"uniform_decode_query_len must be >= 1, got {uniform_decode_query_len}")
 
     # Piecewise graphs need split points; without them fall back to what remains.
     if not attention_is_split:
@@ -134,7 +136,7 @@ def resolve_cudagraph_mode(
     # 1. Full graphs for mixed batches need a backend that is capturable for any batch.
     if mode.mixed_mode() is CUDAGraphMode.FULL and attn_support < AttentionCGSupport.ALWAYS:
         if attn_support is AttentionCGSupport.NEVER:
-            raise ValueError(
+            raise UserError(
                 f"cudagraph mode {mode.name} needs full graphs, but the attention backend "
                 "declares AttentionCGSupport.NEVER; use PIECEWISE (with attention split) or NONE"
             )

@@ -41,7 +41,10 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import OrderedDict
-from typing import Hashable, Protocol, Sequence as SequenceT
+from typing import Hashable, Protocol
+from typing import Sequence as SequenceT
+
+from mini_vllm.errors import UserError
 
 __all__ = [
     "PAD_SLOT_ID",
@@ -113,7 +116,7 @@ class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = False) -> None:
         for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+                raise UserError(f"{name} must be an integer >= 1, got {value!r}")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = bool(enable_prefix_caching)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from mini_vllm.config.capture_sizes import padded_size
 from mini_vllm.config.compilation import CUDAGraphMode
+from mini_vllm.errors import UserError
 from mini_vllm.forward_context import BatchDescriptor
 
 __all__ = ["CudagraphDispatcher"]
@@ -25,7 +26,7 @@ class CudagraphDispatcher:
     ) -> None:
         self.mode = CUDAGraphMode.from_name(mode)
         if any(s < 1 for s in capture_sizes):
-            raise ValueError(f"capture sizes must be positive, got {capture_sizes}")
+            raise UserError(f"capture sizes must be positive, got {capture_sizes}")
         self.capture_sizes = sorted(set(capture_sizes))
         self.max_num_seqs = max_num_seqs
         self.uniform_decode_query_len = q = uniform_decode_query_len

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from mini_vllm.config.compilation import CompilationMode, CUDAGraphMode
 from mini_vllm.engine.scheduler_config import SchedulerConfig
+from mini_vllm.errors import UserError
 
 __all__ = ["EngineConfig"]
 
@@ -57,7 +58,7 @@ class EngineConfig:
         self.cudagraph_mode = CUDAGraphMode.from_name(self.cudagraph_mode)
         self.compilation_mode = CompilationMode.from_name(self.compilation_mode)
         if self.enable_fusion and (self.enforce_eager or self.compilation_mode is not CompilationMode.VLLM_COMPILE):
-            raise ValueError(
+            raise UserError(
                 "enable_fusion=True needs compilation_mode='vllm_compile' (the fusion passes run in its "
                 "compile backend) and no enforce_eager; leave enable_fusion unset otherwise"
             )
@@ -65,11 +66,11 @@ class EngineConfig:
             self.cudagraph_mode = CUDAGraphMode.NONE
             self.compilation_mode = CompilationMode.NONE
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
-            raise ValueError(f"block_size must be a power of two >= 1, got {self.block_size}")
+            raise UserError(f"block_size must be a power of two >= 1, got {self.block_size}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
-            raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
+            raise UserError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
         if self.max_model_len is not None and self.max_model_len < 2:
-            raise ValueError(f"max_model_len must be >= 2 (a prompt token and a new one), got {self.max_model_len}")
+            raise UserError(f"max_model_len must be >= 2 (a prompt token and a new one), got {self.max_model_len}")
 
     @classmethod
     def from_kwargs(cls, **kwargs: object) -> "EngineConfig":
@@ -77,7 +78,7 @@ class EngineConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
-            raise ValueError(f"unknown engine option(s) {unknown}; known: {', '.join(sorted(known))}")
+            raise UserError(f"unknown engine option(s) {unknown}; known: {', '.join(sorted(known))}")
         return cls(**kwargs)
 
     def scheduler_config(self, max_model_len: int) -> SchedulerConfig:

@@ -29,20 +29,35 @@ from typing import Sequence as SequenceT
 
 import torch
 
-from mini_vllm.attention.paged import PagedAttentionBackend, PagedAttentionMetadata, allocate_paged_kv_caches
-from mini_vllm.config.capture_sizes import default_capture_sizes, normalize_capture_sizes
+from mini_vllm.attention.paged import (
+    PagedAttentionBackend,
+    PagedAttentionMetadata,
+    allocate_paged_kv_caches,
+)
 from mini_vllm.compilation.backends import GraphForward, build_graph_forward
+from mini_vllm.compilation.compile_cache import CompileReport, compile_and_record
 from mini_vllm.compilation.graph_backend import graph_backend_for
 from mini_vllm.compilation.monitor import set_cudagraph_capturing_enabled
-from mini_vllm.compilation.compile_cache import CompileReport, compile_and_record
-from mini_vllm.config.compilation import CompilationMode, CUDAGraphMode, resolve_cudagraph_mode
+from mini_vllm.config.capture_sizes import (
+    default_capture_sizes,
+    normalize_capture_sizes,
+)
+from mini_vllm.config.compilation import (
+    CompilationMode,
+    CUDAGraphMode,
+    resolve_cudagraph_mode,
+)
 from mini_vllm.engine.cudagraph_dispatcher import CudagraphDispatcher
 from mini_vllm.engine.engine_config import EngineConfig
 from mini_vllm.engine.model_inputs import ModelInputs, pad_inputs, prepare_inputs
 from mini_vllm.engine.scheduler_output import SchedulerOutput
 from mini_vllm.engine.stats import StepRecord
 from mini_vllm.forward_context import BatchDescriptor, set_forward_context
-from mini_vllm.layers.attention import attention_layers, bind_kv_caches, static_forward_context
+from mini_vllm.layers.attention import (
+    attention_layers,
+    bind_kv_caches,
+    static_forward_context,
+)
 from mini_vllm.layers.sampler import Sampler, make_generator
 
 __all__ = ["CaptureReport", "ModelRunner", "SampledTokens"]

@@ -42,12 +42,20 @@ freeing their blocks. Every `schedule()` must be followed by its `update_from_ou
 from __future__ import annotations
 
 from collections import deque
-from typing import Hashable, Iterable, Sequence as SequenceT
+from typing import Hashable, Iterable
+from typing import Sequence as SequenceT
 
 from mini_vllm.engine.block_manager import BlockManager
 from mini_vllm.engine.scheduler_config import SchedulerConfig
 from mini_vllm.engine.scheduler_output import ScheduledSequence, SchedulerOutput
-from mini_vllm.engine.sequence import FinishReason, Sequence, SequenceStatus, as_token_id, check_stop
+from mini_vllm.engine.sequence import (
+    FinishReason,
+    Sequence,
+    SequenceStatus,
+    as_token_id,
+    check_stop,
+)
+from mini_vllm.errors import UserError
 
 __all__ = ["Scheduler", "ScheduledSequence", "SchedulerConfig", "SchedulerOutput"]
 
@@ -100,9 +108,9 @@ class Scheduler:
     def add_request(self, seq: Sequence) -> None:
         """Queue a new request at the back of the waiting queue."""
         if seq.status is not SequenceStatus.WAITING or seq.num_computed_tokens or seq.block_table:
-            raise ValueError(f"request {seq.seq_id!r} is not new ({seq!r}); add each Sequence once")
+            raise UserError(f"request {seq.seq_id!r} is not new ({seq!r}); add each Sequence once")
         if seq.seq_id in self._live_ids:
-            raise ValueError(f"request id {seq.seq_id!r} is already in use by an unfinished request")
+            raise UserError(f"request id {seq.seq_id!r} is already in use by an unfinished request")
         seq.arrival = self._arrivals
         self._arrivals += 1
         why = self._why_never_runs(seq)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mini_vllm.errors import UserError
+
 __all__ = ["SchedulerConfig"]
 
 
@@ -25,17 +27,17 @@ class SchedulerConfig:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+                raise UserError(f"{name} must be an integer >= 1, got {value!r}")
         # The same two checks vLLM's SchedulerConfig makes: every running request
         # must be able to decode in one step, and without chunking every prompt
         # must fit in one step, or the scheduler could wait forever.
         if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(
+            raise UserError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
                 f"({self.max_num_seqs}): each running request needs a token a step to decode"
             )
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
-            raise ValueError(
+            raise UserError(
                 f"without chunked prefill, max_num_batched_tokens ({self.max_num_batched_tokens}) must be "
                 f">= max_model_len ({self.max_model_len}) so that the longest prompt fits in one step; "
                 "raise it or set enable_chunked_prefill=True"

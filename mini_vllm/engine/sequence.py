@@ -22,6 +22,7 @@ import enum
 import operator
 from typing import Collection, Hashable, Iterable
 
+from mini_vllm.errors import UserError
 from mini_vllm.sampling_params import SamplingParams
 
 __all__ = ["FinishReason", "PLACEHOLDER", "Sequence", "SequenceStatus", "check_stop"]
@@ -82,7 +83,7 @@ def as_token_id(value: object) -> int:
     except TypeError:
         raise TypeError(f"token ids are integers, got {type(value).__name__} {value!r}") from None
     if token < 0:
-        raise ValueError(f"token ids are >= 0, got {token}")
+        raise UserError(f"token ids are >= 0, got {token}")
     return token
 
 
@@ -101,7 +102,7 @@ class Sequence:
     ) -> None:
         prompt = tuple(as_token_id(t) for t in prompt_token_ids)
         if not prompt:
-            raise ValueError(f"request {seq_id!r} has an empty prompt; it needs at least one token")
+            raise UserError(f"request {seq_id!r} has an empty prompt; it needs at least one token")
         if sampling_params is None:
             sampling_params = SamplingParams()
         if not isinstance(sampling_params, SamplingParams):

@@ -84,19 +84,6 @@ class EngineStats:
         padded = sum(s.num_padded_tokens - s.num_tokens for s in self.steps)
         return padded / real if real else 0.0
 
-    def summary(self) -> dict[str, object]:
-        return {
-            "steps": self.num_steps,
-            "prefill_tokens": self.prefill_tokens,
-            "decode_tokens": self.decode_tokens,
-            "preemptions": self.num_preemptions,
-            "failed_requests": self.num_failed_requests,
-            "batch_size_histogram": dict(sorted(self.batch_size_histogram.items())),
-            "steps_per_runtime_mode": dict(self.steps_per_runtime_mode),
-            "decode_graph_hit_rate": round(self.decode_graph_hit_rate, 4),
-            "padding_waste": round(self.padding_waste, 4),
-        }
-
     def format(self) -> str:
         """A few lines for a terminal."""
         hist = ", ".join(f"{k}:{v}" for k, v in sorted(self.batch_size_histogram.items()))

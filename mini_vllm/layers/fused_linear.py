@@ -24,8 +24,12 @@ import torch
 
 from mini_vllm.layers.activation import silu_and_mul_op
 from mini_vllm.layers.layernorm import fused_add_rms_norm_op, rms_norm_op
-from mini_vllm.layers.triton_gemv import (linear, triton_gemv_available, triton_rms_norm_gemv,
-                                          triton_silu_and_mul_gemv)
+from mini_vllm.layers.triton_gemv import (
+    linear,
+    triton_gemv_available,
+    triton_rms_norm_gemv,
+    triton_silu_and_mul_gemv,
+)
 
 __all__ = ["fused_add_rms_norm_linear", "rms_norm_linear", "silu_and_mul_linear"]
 

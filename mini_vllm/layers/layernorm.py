@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mini_vllm.layers.rmsnorm_triton import triton_rmsnorm, triton_rmsnorm_available
 from mini_vllm.layers.custom_op import CustomOp
+from mini_vllm.layers.rmsnorm_triton import triton_rmsnorm, triton_rmsnorm_available
 
 __all__ = ["RMSNorm", "rms_norm_native"]
 

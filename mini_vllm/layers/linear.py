@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mini_vllm.errors import UserError
 from mini_vllm.layers.custom_op import CustomOp
 from mini_vllm.layers.triton_gemv import triton_gemv, triton_gemv_available
 
@@ -207,5 +208,5 @@ class MergedColumnLinear(LinearBase):
 
 def _check_shape(target: torch.Tensor, loaded: torch.Tensor, what: str) -> None:
     if tuple(target.shape) != tuple(loaded.shape):
-        raise ValueError(f"{what}: checkpoint tensor has shape {tuple(loaded.shape)}, "
+        raise UserError(f"{what}: checkpoint tensor has shape {tuple(loaded.shape)}, "
                          f"the model expects {tuple(target.shape)}")

@@ -58,11 +58,6 @@ class LlamaConfig:
         return self.num_key_value_heads * self.head_dim
 
     @property
-    def num_queries_per_kv(self) -> int:
-        """The GQA group size: how many query heads read one KV head."""
-        return self.num_attention_heads // self.num_key_value_heads
-
-    @property
     def eos_token_ids(self) -> tuple[int, ...]:
         if self.eos_token_id is None:
             return ()

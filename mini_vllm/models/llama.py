@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from mini_vllm.compilation.decorators import support_torch_compile
+from mini_vllm.errors import UserError
 from mini_vllm.layers.activation import SiluAndMul
 from mini_vllm.layers.attention import Attention
 from mini_vllm.layers.layernorm import RMSNorm
@@ -203,7 +204,7 @@ class LlamaForCausalLM(nn.Module):
                     continue
                 param = params[name]
                 if tuple(param.shape) != tuple(tensor.shape):
-                    raise ValueError(f"{name}: checkpoint shape {tuple(tensor.shape)}, model {tuple(param.shape)}")
+                    raise UserError(f"{name}: checkpoint shape {tuple(tensor.shape)}, model {tuple(param.shape)}")
                 if _same_layout(param.data, tensor):
                     # Adopt the loader's tensor instead of copying it: writing a fresh
                     # copy of every weight costs more than the read on a small VM.
@@ -212,11 +213,11 @@ class LlamaForCausalLM(nn.Module):
                     param.data.copy_(tensor)
                 loaded.add(name)
         if unexpected:
-            raise ValueError(f"checkpoint tensors with no place in the model: {unexpected[:5]}"
+            raise UserError(f"checkpoint tensors with no place in the model: {unexpected[:5]}"
                              f"{' ...' if len(unexpected) > 5 else ''}")
         missing = [n for n in self._expected_checkpoint_keys() if n not in loaded]
         if missing:
-            raise ValueError(f"checkpoint is missing {len(missing)} tensors, e.g. {missing[:5]}")
+            raise UserError(f"checkpoint is missing {len(missing)} tensors, e.g. {missing[:5]}")
         return loaded
     # ANCHOR_END: load_weights
 

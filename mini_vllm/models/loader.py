@@ -29,7 +29,11 @@ from mini_vllm.models.llama import LlamaForCausalLM
 from mini_vllm.tokenizer import Tokenizer, save_tokenizer_from_gguf
 from mini_vllm.utils import cpu_threads_context
 from mini_vllm.weights.cache import cached_entry
-from mini_vllm.weights.gguf_file import find_smollm2_gguf, iter_gguf_weights, read_gguf_config
+from mini_vllm.weights.gguf_file import (
+    find_smollm2_gguf,
+    iter_gguf_weights,
+    read_gguf_config,
+)
 from mini_vllm.weights.hf_dir import iter_safetensors, read_hf_config
 from mini_vllm.weights.snapshot import load_snapshot, save_snapshot
 

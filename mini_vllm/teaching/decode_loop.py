@@ -41,10 +41,10 @@ from mini_vllm.attention.contiguous import (
     allocate_contiguous_kv_caches,
 )
 from mini_vllm.config.compilation import CUDAGraphMode
+from mini_vllm.engine.sequence import FinishReason, check_stop
 from mini_vllm.errors import UserError
 from mini_vllm.forward_context import set_forward_context
 from mini_vllm.layers.attention import bind_kv_caches, static_forward_context
-from mini_vllm.engine.sequence import FinishReason, check_stop
 from mini_vllm.layers.sampler import Sampler, make_generator
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.tokenizer import IncrementalDetokenizer, TokenizerLike
@@ -148,7 +148,7 @@ def generate_lockstep(
         return []
     params_list = [params] * batch if isinstance(params, SamplingParams) else list(params)
     if len(params_list) != batch:
-        raise ValueError(f"{batch} prompts but {len(params_list)} SamplingParams")
+        raise UserError(f"{batch} prompts but {len(params_list)} SamplingParams")
     prompt_len = len(prompts[0])
     if prompt_len == 0:
         raise UserError("the prompt is empty: give at least one token")

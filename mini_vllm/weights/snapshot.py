@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from mini_vllm.errors import UserError
 from mini_vllm.weights.hf_dir import read_safetensors_file
 
 __all__ = ["SNAPSHOT_FILE", "load_snapshot", "save_snapshot"]
@@ -60,7 +61,8 @@ def load_snapshot(model: nn.Module, path: str | Path) -> None:
         module = model.get_submodule(module_name)
         param = getattr(module, attr, None)
         if not isinstance(param, nn.Parameter) or tuple(param.shape) != tuple(tensor.shape):
-            raise ValueError(f"snapshot tensor {name} {tuple(tensor.shape)} does not fit the model")
+            raise UserError(f"snapshot tensor {name} {tuple(tensor.shape)} does not fit the model: the cache entry "
+                            f"{Path(path)} is damaged or stale; delete it and load again (it is rebuilt)")
         seen.add(name)
         same_place = tensor.device == param.device and tensor.dtype == param.dtype
         tied_head = name == "lm_head.weight" and tied
@@ -77,4 +79,5 @@ def load_snapshot(model: nn.Module, path: str | Path) -> None:
             param.data.copy_(tensor)
     missing = expected - seen - ({"lm_head.weight"} if tied else set())
     if missing:
-        raise ValueError(f"snapshot {file} lacks {sorted(missing)[:5]}")
+        raise UserError(f"snapshot {file} lacks {sorted(missing)[:5]}: the cache entry is damaged or stale; "
+                        f"delete {Path(path)} and load again (it is rebuilt)")
