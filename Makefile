@@ -20,8 +20,8 @@ serve-book: setup ## serve the site at http://localhost:3000 with live reload
 	.venv/bin/mdbook serve book
 
 figures: setup   ## redraw the book's figures (book/src/figures/*.png) from the code
-	$(VENV_PY) scripts/make_figures.py
-	$(VENV_PY) scripts/figures_phase06.py
+	$(VENV_PY) scripts/figures/phase05.py
+	$(VENV_PY) scripts/figures/phase06.py
 
 clean:
 	rm -rf book/build .pytest_cache

@@ -73,9 +73,15 @@ def ensure_environment() -> Path:
     return python
 
 
+USAGE = "usage: python3 scripts/bootstrap.py {demo,test,setup} [ARGS...]"
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] in (["-h"], ["--help"]):
+        print(f"{USAGE}\n\n{__doc__}")
+        return 0
     if not argv or argv[0] not in ("demo", "test", "setup"):
-        print(__doc__)
+        print(f"{USAGE}\n\n{__doc__}", file=sys.stderr)
         return 2
     action, extra = argv[0], argv[1:]
     python = ensure_environment()

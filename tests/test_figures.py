@@ -1,8 +1,9 @@
-"""scripts/make_figures.py draws every book figure from the code, as a non-empty PNG."""
+"""scripts/figures/ draws every book figure from the code, as a non-empty PNG."""
 
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,24 +11,27 @@ import pytest
 pytest.importorskip("matplotlib")
 
 ROOT = Path(__file__).resolve().parent.parent
+FIGURE_SCRIPTS = ROOT / "scripts" / "figures"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+sys.path.insert(0, str(FIGURE_SCRIPTS))  # where the scripts find figurekit, as when run by hand
 
 
 def _load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"figures_{name}", FIGURE_SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-make_figures = _load_script("make_figures")
-figures_phase06 = _load_script("figures_phase06")
-ALL_FIGURES = {**make_figures.FIGURES, **figures_phase06.FIGURES}
+figurekit = _load_script("figurekit")
+phase05 = _load_script("phase05")
+phase06 = _load_script("phase06")
+ALL_FIGURES = {**phase05.FIGURES, **phase06.FIGURES}
 
 
 @pytest.mark.parametrize("name", sorted(ALL_FIGURES))
 def test_figure_is_drawn_as_png(name: str, tmp_path: Path):
-    path = make_figures.save_figure(ALL_FIGURES[name](), tmp_path / name)
+    path = figurekit.save_figure(ALL_FIGURES[name](), tmp_path / name)
     data = path.read_bytes()
     assert data.startswith(PNG_SIGNATURE), f"{name} is not a PNG"
     assert 10_000 < len(data) < 150 * 1024, f"{name}: {len(data)} bytes, expected a real figure under 150 KiB"
@@ -49,17 +53,17 @@ def test_the_book_uses_only_figures_the_scripts_draw():
 
 def test_the_script_is_deterministic(tmp_path: Path):
     name = "full-vs-piecewise.png"
-    first = make_figures.save_figure(make_figures.FIGURES[name](), tmp_path / "a.png").read_bytes()
-    second = make_figures.save_figure(make_figures.FIGURES[name](), tmp_path / "b.png").read_bytes()
+    first = figurekit.save_figure(phase05.FIGURES[name](), tmp_path / "a.png").read_bytes()
+    second = figurekit.save_figure(phase05.FIGURES[name](), tmp_path / "b.png").read_bytes()
     assert first == second
 
 
 def test_the_synthetic_trace_is_seeded():
-    assert make_figures.synthetic_batch_trace() == make_figures.synthetic_batch_trace()
-    assert make_figures.synthetic_batch_trace(seed=1) != make_figures.synthetic_batch_trace(seed=0)
+    assert phase05.synthetic_batch_trace() == phase05.synthetic_batch_trace()
+    assert phase05.synthetic_batch_trace(seed=1) != phase05.synthetic_batch_trace(seed=0)
 
 
 def test_geometric_ladder_reaches_the_top_and_rises():
-    ladder = make_figures.geometric_ladder(1.5, top=100)
+    ladder = phase05.geometric_ladder(1.5, top=100)
     assert ladder[0] == 1 and ladder[-1] == 100
     assert all(b > a for a, b in zip(ladder, ladder[1:]))

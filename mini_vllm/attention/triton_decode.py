@@ -249,7 +249,7 @@ TARGET_PROGRAMS = 128
 MAX_SPLITS = 16
 # A context that fits in one tile of the single pass (BLOCK_N = 128 tokens) is faster in
 # one pass than in slices and a merge, even for a lone request; from two tiles on the
-# slices win (scripts/gpu_split_decode.py, H100, in a CUDA graph, batch 1, SmolLM2's
+# slices win (scripts/gpu/split_decode.py, H100, in a CUDA graph, batch 1, SmolLM2's
 # heads: one pass 4.6 us at context 128 and 7.2 us at 192, 16 slices and the merge
 # 6.4-6.5 us at both; Llama-3.2-1B's heads: 4.5 / 7.2 against 5.8 / 5.8).
 SINGLE_PASS_MAX_CONTEXT = 128
@@ -327,8 +327,9 @@ def triton_paged_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_ca
         q.stride(0), q.stride(1), k.stride(0), v.stride(0), out.stride(0), out.stride(1), block_tables.stride(0),
         scale, positions, cos_sin,
         NUM_KV_HEADS=num_kv_heads, GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, ROPE=rope is not None,
-        # Tuned on an H100 (scripts/gpu_attn_tune.py): 128 cached tokens an iteration and
-        # two warps a program beat 32/64 tokens and 1 or 4 warps at contexts 128 to 1024.
+        # Tuned on an H100 (`git show ae239bb:scripts/gpu_attn_tune.py`): 128 cached tokens an
+        # iteration and two warps a program beat 32/64 tokens and 1 or 4 warps at contexts
+        # 128 to 1024.
         BLOCK_N=128, num_warps=2, **pdl,
     )
     return out

@@ -53,7 +53,7 @@ try:
 except ImportError:  # CPU machines
     triton = None
 
-__all__ = ["pdl_supported", "triton_gemv", "triton_gemv_available", "triton_rms_norm_gemv", "triton_silu_and_mul_gemv"]
+__all__ = ["autotuned_tile", "pdl_supported", "triton_gemv", "triton_gemv_available", "triton_rms_norm_gemv", "triton_silu_and_mul_gemv"]
 
 
 def triton_gemv_available(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -71,7 +71,7 @@ if triton is not None:
         # kernel ahead. Measured on one H100 host at batch 1, SmolLM2 shape, compiled
         # FULL step with async scheduling, alternating: forward 0.51 ms with the last five
         # tiles on the list against 0.57-0.65 ms without them. The autotuner's picks
-        # vary a little from run to run (scripts/gpu_gemv_tiles.py prints them); most
+        # vary a little from run to run (scripts/gpu/gemv_tiles.py prints them); most
         # are whole-row tiles.
         shapes = [(4, 256, 4), (8, 256, 4), (16, 256, 4), (32, 256, 8), (8, 512, 4), (16, 512, 8),
                   (4, 512, 4), (2, 1024, 4), (16, 128, 4), (32, 128, 4), (64, 128, 8),
@@ -173,7 +173,7 @@ def pdl_supported(device: torch.device) -> bool:
 
 # ANCHOR: gemv_launch
 # Launching through Triton's autotuner and JIT front end costs the host tens of
-# microseconds a call (scripts/gpu_host_launch_costs.py, SmolLM2's LM head on one lent
+# microseconds a call (scripts/gpu/host_launch_costs.py, SmolLM2's LM head on one
 # H100 host: 64 us, against 19 us for the same product by cuBLAS; launched as below, 28
 # us on another host where cuBLAS took 22 us). The LM head's GEMV runs outside the
 # graph every step, and eager mode runs 121 of them a step, so the first launch for a
@@ -182,6 +182,7 @@ def pdl_supported(device: torch.device) -> bool:
 # specialises a kernel on: the integer arguments, the dtypes, and whether each pointer
 # is 16-byte aligned (a kernel compiled for aligned rows must not get a misaligned view).
 _compiled_launches: dict[tuple, tuple] = {}
+_tiles: dict[tuple, object] = {}  # the autotuner's pick per (N, K, prologue, PDL, device)
 
 
 def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=None, eps=0.0):
@@ -201,12 +202,21 @@ def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=N
     compiled = _gemv_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
         *args, PROLOGUE=prologue, PDL=pdl, **({"launch_pdl": True} if pdl else {}),
     )
+    best = _gemv_kernel.best_config
+    _tiles[(n, k, prologue, pdl, x.device)] = best
     if hasattr(compiled, "packed_metadata"):  # a CompiledKernel (Triton 3): keep it
-        best = _gemv_kernel.best_config.kwargs
-        grid = (triton.cdiv(n, best["BLOCK_N"]), 1, 1)
-        _compiled_launches[key] = (compiled, grid, (prologue, pdl, best["BLOCK_N"], best["BLOCK_K"]))
+        grid = (triton.cdiv(n, best.kwargs["BLOCK_N"]), 1, 1)
+        _compiled_launches[key] = (compiled, grid, (prologue, pdl, best.kwargs["BLOCK_N"], best.kwargs["BLOCK_K"]))
     return out
 # ANCHOR_END: gemv_launch
+
+
+def autotuned_tile(x: torch.Tensor, weight: torch.Tensor) -> dict[str, int]:
+    """The tile the autotuner picked for the plain product `x @ weight.T` (tuning it now if
+    this shape is new): `{"BLOCK_N": ..., "BLOCK_K": ..., "num_warps": ...}`."""
+    triton_gemv(x, weight)
+    config = _tiles[(weight.shape[0], weight.shape[1], _PLAIN, pdl_supported(x.device), x.device)]
+    return {**config.kwargs, "num_warps": config.num_warps}
 
 
 def triton_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

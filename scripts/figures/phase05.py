@@ -1,21 +1,18 @@
 #!/usr/bin/env python3
 """Draw the figures of the Phase 05 chapter from the repository's own code.
 
-    .venv/bin/python scripts/make_figures.py            # all figures into book/src/figures/
-    .venv/bin/python scripts/make_figures.py --only crossover-llama3.1-8b.png --out-dir /tmp
+    .venv/bin/python scripts/figures/phase05.py            # all figures into book/src/figures/
+    .venv/bin/python scripts/figures/phase05.py --only crossover-llama3.1-8b.png --out-dir /tmp
 
 Every number in a figure comes from `mini_vllm` (the two-lane launch model, the graph
-simulator, the capture-size ladder); this file only lays them out. Each figure has its
-own function that returns a `matplotlib.figure.Figure` without touching pyplot's global
-state, so the notebook and the tests can call the same functions. The output is
-deterministic: fixed seeds, matplotlib's default style, and no version stamp in the PNG.
+simulator, the capture-size ladder); this file only lays them out, one function a
+figure (style, saving and the command line: figurekit.py). The output is deterministic:
+fixed seeds, matplotlib's default style, and no version stamp in the PNG.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import functools
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
@@ -24,15 +21,13 @@ import matplotlib
 import matplotlib.style
 import matplotlib.ticker
 import numpy as np
+from figurekit import ROOT, styled  # also puts the checkout on sys.path
+from figurekit import draw as _draw
 from matplotlib import patches
 from matplotlib.figure import Figure
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
-
-from mini_vllm.config.capture_sizes import default_capture_sizes, padding_waste  # noqa: E402
-from mini_vllm.cudagraph import (  # noqa: E402
+from mini_vllm.config.capture_sizes import default_capture_sizes, padding_waste
+from mini_vllm.cudagraph import (
     GraphRunner,
     Op,
     PiecewiseGraphRunner,
@@ -41,7 +36,7 @@ from mini_vllm.cudagraph import (  # noqa: E402
     split_ops,
     toy_model,
 )
-from mini_vllm.teaching.launch_overhead import (  # noqa: E402
+from mini_vllm.teaching.launch_overhead import (
     CROSSOVER_THRESHOLD,
     crossover_batch,
     eager_timeline,
@@ -53,63 +48,26 @@ from mini_vllm.teaching.launch_overhead import (  # noqa: E402
 )
 
 __all__ = [
-    "DPI",
     "FIGURES",
     "LADDERS",
-    "OUT_DIR",
     "crossover_figure",
     "full_vs_piecewise_figure",
     "geometric_ladder",
     "h100_decode_figure",
     "padding_waste_figure",
     "parse_markdown_table",
-    "save_figure",
     "step_time_figure",
     "synthetic_batch_trace",
     "two_lane_figure",
 ]
 
-DPI = 110
-OUT_DIR = ROOT / "book" / "src" / "figures"
 # vLLM's largest default capture size: bigger batches run eagerly whatever the speedup.
 MAX_DEFAULT_CAPTURE = 512
-
-# Matplotlib's defaults plus a few readability tweaks, applied while a figure is built
-# and saved, so that a user's matplotlibrc cannot change the book's PNGs.
-_STYLE = {
-    "font.size": 9,
-    "axes.titlesize": 10,
-    "axes.labelsize": 9,
-    "legend.fontsize": 8,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": False,
-}
 
 _EAGER_COLOR = "#c0392b"
 _GRAPH_COLOR = "#2471a3"
 _REFERENCE_COLOR = "black"
 _THRESHOLD_COLOR = "#7f8c8d"
-
-
-def _styled(build: Callable[..., Figure]) -> Callable[..., Figure]:
-    """Build the figure under the fixed style (fonts and sizes are read when artists are made)."""
-
-    @functools.wraps(build)
-    def wrapper(*args, **kwargs) -> Figure:
-        with matplotlib.style.context("default"), matplotlib.rc_context(_STYLE):
-            return build(*args, **kwargs)
-
-    return wrapper
-
-
-def save_figure(fig: Figure, path: "str | Path") -> Path:
-    """Write `fig` as a PNG at the book's resolution, without a version stamp."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with matplotlib.style.context("default"), matplotlib.rc_context(_STYLE):
-        fig.savefig(path, dpi=DPI, format="png", metadata={"Software": None})
-    return path
 
 
 # --- Shared data --------------------------------------------------------------------
@@ -160,7 +118,7 @@ def _short(name: str) -> str:
 # --- Figure 1: the two lanes --------------------------------------------------------
 
 
-@_styled
+@styled
 def two_lane_figure(preset: str = "h100-smollm2-135m", batch: int = 1, num_kernels: int = 8) -> Figure:
     """The first kernels of a decode step on two lanes (CPU issues, GPU executes), eager
     above, one graph replay below, on the same time axis."""
@@ -270,7 +228,7 @@ def _reference_speedups(p) -> tuple[list[int], list[float]]:
     return batches, [p.reference_ms[b][0] / p.reference_ms[b][1] for b in batches]
 
 
-@_styled
+@styled
 def crossover_figure(
     presets: Sequence[str] = ("h100-llama3.1-8b", "h100-smollm2-135m"), max_batch: int = 4096
 ) -> Figure:
@@ -321,7 +279,7 @@ def crossover_figure(
     return fig
 
 
-@_styled
+@styled
 def step_time_figure(preset: str = "h100-llama3.1-8b", max_batch: int = 64) -> Figure:
     """Eager and graph ms per decode step against batch size, with the reference table."""
     p = get_preset(preset)
@@ -384,7 +342,7 @@ def _launches_per_step(runner: Callable[[np.ndarray], np.ndarray], device: SimDe
     return device.launches - before
 
 
-@_styled
+@styled
 def full_vs_piecewise_figure(num_layers: int = 3) -> Figure:
     """One forward as a row of op boxes, three ways: eager, one FULL graph, PIECEWISE graphs
     between the attention ops. The pieces come from `split_ops`; the launch counts from
@@ -492,7 +450,7 @@ def full_vs_piecewise_figure(num_layers: int = 3) -> Figure:
 # --- Figure 5: the capture-size ladder ----------------------------------------------
 
 
-@_styled
+@styled
 def padding_waste_figure(trace: "Sequence[int] | None" = None) -> Figure:
     """Padding waste and graph hit rate of a batch-size trace on several ladders, against
     the number of graphs each ladder captures."""
@@ -594,7 +552,7 @@ def parse_markdown_table(path: "str | Path") -> list[dict[str, str]]:
     return rows
 
 
-@_styled
+@styled
 def h100_decode_figure(path: "str | Path" = H100_RESULTS) -> Figure:
     """Measured decode step time per mode and batch size on one H100 (SmolLM2-135M shape,
     bf16), read from the committed benchmark result, with kernels per step per mode and
@@ -652,14 +610,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
 
 
 def main(argv: "Sequence[str] | None" = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out-dir", type=Path, default=OUT_DIR, help=f"where to write (default {OUT_DIR})")
-    parser.add_argument("--only", action="append", choices=sorted(FIGURES), help="draw only this figure")
-    args = parser.parse_args(argv)
-    for name in args.only or FIGURES:
-        path = save_figure(FIGURES[name](), args.out_dir / name)
-        print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}  {path.stat().st_size / 1024:.0f} KiB")
-    return 0
+    return _draw(FIGURES, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

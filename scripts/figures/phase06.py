@@ -1,36 +1,34 @@
 #!/usr/bin/env python3
 """Draw the figures of the Phase 06 chapter from the recorded run and mini_vllm.bench.ladder.
 
-    .venv/bin/python scripts/figures_phase06.py              # all figures into book/src/figures/
-    .venv/bin/python scripts/figures_phase06.py --only ladder-tradeoff.png --out-dir /tmp
+    .venv/bin/python scripts/figures/phase06.py              # all figures into book/src/figures/
+    .venv/bin/python scripts/figures/phase06.py --only ladder-tradeoff.png --out-dir /tmp
 
 The numbers come from the run recorded in labs/lab-12-capture-ladder/data/trace.json
 (the tiny model served on CPU by the engine; regenerate it with the command stored in
 the file) and from `mini_vllm.bench.ladder`. Reading a recorded run rather than timing a new
-one keeps the PNGs deterministic. Same pattern as scripts/make_figures.py: one function
+one keeps the PNGs deterministic. Same pattern as scripts/figures/phase05.py: one function
 per figure returning a `matplotlib.figure.Figure`, a fixed style, and a `FIGURES` dict.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 from collections import Counter
-from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+from figurekit import ROOT, styled  # also puts the checkout on sys.path
+from figurekit import draw as _draw
 from matplotlib.figure import Figure
 
-ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "scripts"):
-    if str(path) not in sys.path:  # run as a script from anywhere
-        sys.path.insert(0, str(path))
-
-from make_figures import OUT_DIR, _styled, save_figure  # noqa: E402
-
-from mini_vllm.bench.ladder import choose_ladder, evaluate_ladder, load_trace, powers_of_two_ladder  # noqa: E402
+from mini_vllm.bench.ladder import (
+    choose_ladder,
+    evaluate_ladder,
+    load_trace,
+    powers_of_two_ladder,
+)
 
 __all__ = ["FIGURES", "TRACE_FILE", "ladder_tradeoff_figure", "recorded_run", "trace_ladder_figure",
            "ttft_vs_itl_figure"]
@@ -52,7 +50,7 @@ def _trace() -> list[int]:
     return list(recorded_run()["decode_batch_sizes"])
 
 
-@_styled
+@styled
 def trace_ladder_figure(max_graphs: int = GRAPH_BUDGET) -> Figure:
     """Decode batch sizes of the recorded run, with the chosen ladder's rungs and the naive one's."""
     trace = _trace()
@@ -85,7 +83,7 @@ def trace_ladder_figure(max_graphs: int = GRAPH_BUDGET) -> Figure:
     return fig
 
 
-@_styled
+@styled
 def ladder_tradeoff_figure(max_graphs: int = 12, min_hit_rate: float = 0.92) -> Figure:
     """Hit rate and padding waste against the number of graphs: chosen ladders vs powers of two."""
     trace = _trace()
@@ -121,7 +119,7 @@ def ladder_tradeoff_figure(max_graphs: int = 12, min_hit_rate: float = 0.92) -> 
     return fig
 
 
-@_styled
+@styled
 def ttft_vs_itl_figure() -> Figure:
     """TTFT and inter-token latency of the recorded run, and why: steps that carry a prefill are long."""
     run = recorded_run()
@@ -162,15 +160,8 @@ FIGURES: dict[str, Callable[[], Figure]] = {
 
 
 def main(argv: "Sequence[str] | None" = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out-dir", type=Path, default=OUT_DIR, help="where to write (default: %(default)s)")
-    parser.add_argument("--only", action="append", choices=sorted(FIGURES), help="draw just this figure (repeatable)")
-    args = parser.parse_args(argv)
-    for name in args.only or sorted(FIGURES):
-        path = save_figure(FIGURES[name](), args.out_dir / name)
-        print(f"{path} ({path.stat().st_size // 1024} KiB)")
-    return 0
+    return _draw(FIGURES, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

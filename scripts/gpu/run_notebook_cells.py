@@ -1,20 +1,25 @@
 #!/usr/bin/env python3
 """Run a notebook's code cells in order, in one namespace, without Jupyter.
 
-For machines without nbclient/ipykernel (the lent GPU machine): the suite executes
-the notebooks with nbclient on CPU; this runs the same cells where CUDA exists, so
-their GPU branches run too. Line magics are dropped; cells must otherwise be plain Python.
+    python3 scripts/gpu/run_notebook_cells.py notebooks/phase-05-cuda-graphs.ipynb
 
-    PYTHONPATH=. python3 scripts/run_notebook_cells.py notebooks/phase-05-cuda-graphs.ipynb
+For a GPU machine without nbclient and ipykernel: the test suite executes the notebooks
+with nbclient on CPU; this runs the same cells where CUDA exists, so that their GPU
+branches run too. Line magics are dropped; cells must otherwise be plain Python.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # the notebooks import mini_vllm from the checkout
+    sys.path.insert(0, str(ROOT))
 
 
 def main(path: str) -> int:
@@ -34,4 +39,6 @@ def main(path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebook", help="the .ipynb file whose code cells to run")
+    sys.exit(main(parser.parse_args().notebook))

@@ -1,20 +1,26 @@
-"""Host time of the calls an async decode step makes after the graph replay (batch 1,
-SmolLM2 shape): the LM head's product, the argmax, a small non-blocking copy, an event.
+#!/usr/bin/env python3
+"""Host time of the calls an async decode step makes after the graph replay (batch 1, SmolLM2 shape).
 
-Each call is timed on the host only (no sync inside the loop), after a sync, 200 calls
-back to back, median; the GPU work queues up behind. What a call costs the host is what
-an async step's host side pays for it every step.
+    python3 scripts/gpu/host_launch_costs.py [--out DIR]
+
+The LM head's product (Triton GEMV and cuBLAS), the argmax, small non-blocking copies, an
+event, an allocation. Each call is timed on the host only (no sync inside the loop),
+after a sync, 200 calls back to back, median; the GPU work queues up behind. What a call
+costs the host is what an async step's host side pays for it every step.
 """
+
+from __future__ import annotations
+
 import statistics
+import sys
 import time
 
-import torch
-import torch.nn.functional as F
-
-from mini_vllm.layers.triton_gemv import triton_gemv
+from gpukit import run_script
 
 
 def host_us(fn, calls: int = 200) -> float:
+    import torch
+
     fn()
     torch.cuda.synchronize()
     times = []
@@ -26,7 +32,12 @@ def host_us(fn, calls: int = 200) -> float:
     return statistics.median(times) * 1e6
 
 
-def main() -> None:
+def measure(args, report) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from mini_vllm.layers.triton_gemv import triton_gemv
+
     device = torch.device("cuda")
     x = torch.randn(1, 576, device=device, dtype=torch.bfloat16)
     lm_head = torch.randn(49152, 576, device=device, dtype=torch.bfloat16)
@@ -43,8 +54,8 @@ def main() -> None:
         "torch.empty (1, 576)": lambda: torch.empty((1, 576), device=device, dtype=torch.bfloat16),
     }
     for name, fn in costs.items():
-        print(f"{name:>50}: {host_us(fn):6.1f} us on the host")
+        report(f"{name:>50}: {host_us(fn):6.1f} us on the host")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_script(__file__, __doc__.splitlines()[0], measure))

@@ -1,0 +1,61 @@
+"""What the GPU measuring scripts share: a CUDA check, an output folder, and a report.
+
+Every script in scripts/gpu/ runs by hand from the repository root on a machine with an
+NVIDIA GPU, prints what it measures, and keeps a copy in its output folder:
+
+    python3 scripts/gpu/host_launch_costs.py                  # -> out/gpu/host_launch_costs.txt
+    python3 scripts/gpu/host_launch_costs.py --out /tmp/runs  # -> /tmp/runs/host_launch_costs.txt
+
+Without CUDA a script says so and exits with status 2 instead of failing half-way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Sequence, TextIO
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script from anywhere: mini_vllm comes from the checkout
+    sys.path.insert(0, str(ROOT))
+
+DEFAULT_OUT = ROOT / "out" / "gpu"
+
+
+class Report:
+    """Lines printed as they come and written to `<out>/<script name>.txt`."""
+
+    def __init__(self, file: TextIO) -> None:
+        self.file = file
+
+    def __call__(self, line: str = "") -> None:
+        print(line, flush=True)
+        self.file.write(line + "\n")
+        self.file.flush()
+
+
+def run_script(script: str, description: str, measure: Callable[[argparse.Namespace, Report], None],
+               add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+               argv: Sequence[str] | None = None) -> int:
+    """Parse `--out` (and the script's own options), check for CUDA, and run `measure`."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help="folder for the report (default: out/gpu/ in the checkout)")
+    if add_arguments is not None:
+        add_arguments(parser)
+    args = parser.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"{Path(script).name} measures a GPU and needs an NVIDIA GPU with CUDA; "
+              f"torch {torch.__version__} sees none here", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{Path(script).stem}.txt"
+    with open(path, "w", encoding="utf-8") as file:
+        report = Report(file)
+        report(f"# {Path(script).name} on {torch.cuda.get_device_name()}, torch {torch.__version__}")
+        measure(args, report)
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Paged decode attention: one pass against flash-decoding slices and their merge, by context length.
+
+    python3 scripts/gpu/split_decode.py [--out DIR]
+
+Microseconds a call (replayed in a CUDA graph where Triton can) for SmolLM2's heads (9
+query, 3 KV) and Llama-3.2-1B's (32, 8), at batch 1 and 4: one program per (request,
+head), and the slices the split heuristic would take plus the merge, and where the
+slices start to win: the evidence for SINGLE_PASS_MAX_CONTEXT in
+mini_vllm/attention/triton_decode.py.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from gpukit import run_script
+
+
+def measure(args, report) -> None:
+    import torch
+    import triton.testing
+
+    from mini_vllm.attention.paged import allocate_paged_kv_caches
+    from mini_vllm.attention.triton_decode import decode_num_splits, triton_paged_decode
+
+    bench = getattr(triton.testing, "do_bench_cudagraph", None) or triton.testing.do_bench
+    for heads, kv_heads in [(9, 3), (32, 8)]:
+        for reqs in (1, 4):
+            crossover = None
+            for ctx in (128, 192, 256, 384, 512, 768, 1024):
+                dim, block = 64, 16
+                width = ctx // block + 1
+                cache = allocate_paged_kv_caches(1, reqs * width + 1, block, kv_heads, dim, torch.bfloat16,
+                                                 "cuda")[0].normal_()
+                tables = torch.arange(reqs * width, device="cuda").view(reqs, width)
+                lens = torch.full((reqs,), ctx, device="cuda")
+                slots = torch.full((reqs,), -1, device="cuda")
+                q = torch.randn(reqs, heads, dim, device="cuda", dtype=torch.bfloat16)
+                k = torch.randn(reqs, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
+                v = torch.randn_like(k)
+                out = torch.empty_like(q)
+                split = decode_num_splits(reqs, kv_heads)  # the slices without the context rule
+                times = {s: bench(lambda s=s: triton_paged_decode(q, k, v, cache, tables, lens, slots, None, out,
+                                                                  num_splits=s)) * 1000
+                         for s in sorted({1, split})}
+                if crossover is None and split > 1 and times[split] < times[1]:
+                    crossover = ctx
+                report(f"heads {heads}/{kv_heads} batch {reqs} context {ctx:4d}: one pass {times[1]:5.1f} us"
+                       + (f", {split} slices + merge {times[split]:5.1f} us" if split > 1 else ""))
+            report(f"heads {heads}/{kv_heads} batch {reqs}: slices first faster at context {crossover}")
+
+
+if __name__ == "__main__":
+    sys.exit(run_script(__file__, __doc__.splitlines()[0], measure))
