@@ -130,7 +130,7 @@ def test_a_request_preempted_with_a_token_in_flight_can_still_stop():
     assert b.token_ids == (6, 6, 7, 12, PLACEHOLDER)  # its step-1 token is still in flight
     assert scheduler.update_from_output(step1, [13, 2]) == [b]  # ... and it is EOS
     assert b.finish_reason.value == "stop" and b.output_token_ids == (12, 2)
-    assert scheduler.num_waiting == 0 and scheduler.num_running == 1
+    assert scheduler.get_request_counts() == (1, 0)
     assert scheduler.update_from_output(step2, [14]) == []
     assert a.output_token_ids == (11, 13, 14)
 

@@ -135,7 +135,7 @@ def assert_all_done_as_if_alone(sched: Scheduler, requests, finished) -> None:
         assert seq.is_finished and seq.block_table == []
         assert (seq.error is not None) == (seq.finish_reason is FinishReason.ERROR)
     assert bm.num_free_blocks == bm.num_blocks and bm.num_used_blocks == 0
-    assert sched.num_running == sched.num_waiting == 0
+    assert sched.get_request_counts() == (0, 0)
 
 
 def req(seq_id, prompt_len, max_tokens=8, ignore_eos=True, offset=0):
@@ -444,7 +444,7 @@ def test_update_checks_the_output_and_the_token_count():
     with pytest.raises(RuntimeError, match="not the step in flight"):
         sched.update_from_output(stale, [1])
     sched.update_from_output(out, [1])
-    assert sched.num_running == 1
+    assert sched.get_request_counts()[0] == 1
 
 
 def test_a_live_request_id_cannot_be_reused_and_a_sequence_not_added_twice():

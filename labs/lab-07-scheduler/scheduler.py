@@ -58,13 +58,9 @@ class Scheduler:
         self._arrivals = 0
         self.num_preemptions = 0  # over the scheduler's lifetime
 
-    @property
-    def num_waiting(self) -> int:
-        return len(self._waiting)
-
-    @property
-    def num_running(self) -> int:
-        return len(self._running)
+    def get_request_counts(self) -> tuple[int, int]:
+        """Given: (running, waiting) requests; a request preempted this step is waiting again."""
+        return len(self._running), len(self._waiting)
 
     def has_unfinished_requests(self) -> bool:
         """Given: True while a request waits, runs, or has a failure still to report."""

@@ -57,8 +57,8 @@ def allocate_contiguous_kv_caches(
     max_len: int,
     num_kv_heads: int,
     head_dim: int,
-    dtype: torch.dtype,
-    device: torch.device | str,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
 ) -> list[torch.Tensor]:
     """One zeroed `[2, batch, max_len, num_kv_heads, head_dim]` tensor per layer."""
     shape = (2, batch_size, max_len, num_kv_heads, head_dim)

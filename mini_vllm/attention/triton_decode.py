@@ -94,6 +94,20 @@ if triton is not None:
         return (x.to(tl.float32) * cos + x_partner.to(tl.float32) * sin).to(dtype).to(tl.float32)
     # ANCHOR_END: rope_in_kernel
 
+    @triton.jit
+    def _cached_kv_tile(key_cache_ptr, value_cache_ptr, tables_ptr, request, stride_table, tokens, visible,
+                        kv_head, dims, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+        """Keys and values `[tokens, HEAD_DIM]` (float32) of `request`'s cached `tokens`, found
+        through its block table; masked rows (`visible` False) read as 0."""
+        blocks = tl.load(tables_ptr + request * stride_table + tokens // BLOCK_SIZE, mask=visible, other=0)
+        row = NUM_KV_HEADS * HEAD_DIM
+        offsets = (blocks * BLOCK_SIZE + tokens % BLOCK_SIZE)[:, None] * row + kv_head * HEAD_DIM + dims[None, :]
+        # Keys and values are both requested before either is used: one trip to memory
+        # per tile, not two (the cache is cold: the weights evicted it).
+        keys = tl.load(key_cache_ptr + offsets, mask=visible[:, None], other=0.0).to(tl.float32)
+        values = tl.load(value_cache_ptr + offsets, mask=visible[:, None], other=0.0).to(tl.float32)
+        return keys, values
+
     # ANCHOR: paged_decode_kernel
     @triton.jit
     def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, key_cache_ptr, value_cache_ptr, out_ptr, tables_ptr,
@@ -135,12 +149,8 @@ if triton is not None:
         for start in range(0, past, BLOCK_N):
             tokens = start + tl.arange(0, BLOCK_N)
             visible = tokens < past
-            blocks = tl.load(tables_ptr + request * stride_table + tokens // BLOCK_SIZE, mask=visible, other=0)
-            offsets = (blocks * BLOCK_SIZE + tokens % BLOCK_SIZE)[:, None] * row + kv_head * HEAD_DIM + dims[None, :]
-            # Keys and values are both requested before either is used: one trip to
-            # memory per iteration, not two (the cache is cold: the weights evicted it).
-            keys = tl.load(key_cache_ptr + offsets, mask=visible[:, None], other=0.0).to(tl.float32)
-            values = tl.load(value_cache_ptr + offsets, mask=visible[:, None], other=0.0).to(tl.float32)
+            keys, values = _cached_kv_tile(key_cache_ptr, value_cache_ptr, tables_ptr, request, stride_table, tokens,
+                                           visible, kv_head, dims, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE)
             scores = tl.where(visible, tl.sum(keys * q[None, :], axis=1) * scale, float("-inf"))
             new_max = tl.maximum(running_max, tl.max(scores, axis=0))
             probs = tl.exp(scores - new_max)
@@ -205,10 +215,8 @@ if triton is not None:
         for block_start in range(start, end, BLOCK_N):
             tokens = block_start + tl.arange(0, BLOCK_N)
             visible = tokens < end
-            blocks = tl.load(tables_ptr + request * stride_table + tokens // BLOCK_SIZE, mask=visible, other=0)
-            offsets = (blocks * BLOCK_SIZE + tokens % BLOCK_SIZE)[:, None] * row + kv_head * HEAD_DIM + dims[None, :]
-            keys = tl.load(key_cache_ptr + offsets, mask=visible[:, None], other=0.0).to(tl.float32)
-            values = tl.load(value_cache_ptr + offsets, mask=visible[:, None], other=0.0).to(tl.float32)
+            keys, values = _cached_kv_tile(key_cache_ptr, value_cache_ptr, tables_ptr, request, stride_table, tokens,
+                                           visible, kv_head, dims, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE)
             scores = tl.sum(q[:, None, :] * keys[None, :, :], axis=2) * scale  # [group, tokens]
             scores = tl.where(visible[None, :], scores, float("-inf"))
             new_max = tl.maximum(running_max, tl.max(scores, axis=1))

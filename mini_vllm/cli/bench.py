@@ -2,8 +2,8 @@
 
 vLLM counterpart: vllm/entrypoints/cli/benchmark/ (`vllm bench latency|throughput|serve`).
 The measuring code lives in mini_vllm/bench/; this file only parses arguments. To add
-a benchmark, write `_add_<name>(subparsers)` and `_run_<name>(args)` and list them in
-`SUBCOMMANDS`.
+a benchmark, write `_add_<name>(parser)` (its docstring is the description) and
+`_run_<name>(args)` and list them in `SUBCOMMANDS`.
 """
 
 from __future__ import annotations
@@ -13,25 +13,38 @@ import shlex
 from pathlib import Path
 
 
-def _add_decode(subparsers) -> None:
-    p = subparsers.add_parser(
-        "decode",
-        help="our decode loop vs transformers' generate, batch 1",
-        description="Time mini_vllm's decode loop and transformers' generate on the same model, prompt "
-                    "and settings (greedy, EOS ignored), and print tokens/s for both and their ratio.",
-    )
+def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct", help="model name or HF directory (default: %(default)s)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+    p.add_argument("--no-hf", action="store_true", help="time mini_vllm only")
+
+
+def _add_output_options(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--output", default=None, help=f"markdown file for the result (default: {default})")
+    p.add_argument("--no-output", action="store_true", help="print only, write no file")
+
+
+def _write_result(args: argparse.Namespace, text: str, default: str) -> None:
+    if args.no_output:
+        return
+    out = Path(args.output or default)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    print(f"wrote {out}")
+
+
+def _add_decode(p: argparse.ArgumentParser) -> None:
+    """Time mini_vllm's decode loop and transformers' generate on the same model, prompt and
+    settings (greedy, EOS ignored), and print tokens/s for both and their ratio."""
+    _add_model_options(p)
     p.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16")
     p.add_argument("--new-tokens", type=int, default=64, help="tokens to generate per request (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats, median reported (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up requests (default: %(default)s)")
-    p.add_argument("--no-hf", action="store_true", help="time mini_vllm only")
     p.add_argument("--compile", action="store_true",
                    help="compile our model with torch.compile (Inductor) first; the warm-up request compiles it")
-    p.add_argument("--output", default=None,
-                   help="markdown file for the result (default: benchmarks/results/decode-<device type>.md)")
-    p.add_argument("--no-output", action="store_true", help="print only, write no file")
+    _add_output_options(p, "benchmarks/results/decode-<device type>.md, or decode-graphs-<device type>.md "
+                           "with --modes")
     g = p.add_argument_group("graph modes (Phase 05): step time per batch size and mode, in one run")
     g.add_argument("--modes", default=None,
                    help="comma-separated modes among eager, full, piecewise, full_and_piecewise, compile, compile+full, "
@@ -65,14 +78,9 @@ def _run_decode(args: argparse.Namespace) -> int:
     if result.hf_one_thread_s:
         print(f"transformers generate pinned to 1 thread (control): {result.hf_one_thread_tokens_per_s:.1f} tokens/s "
               f"(ratio {result.ours_tokens_per_s / result.hf_one_thread_tokens_per_s:.2f}x)")
-    if not args.no_output:
-        command = _decode_command_line(args)
-        device_type = args.device.split(":")[0]
-        suffix = "-compiled" if args.compile else ""
-        out = Path(args.output or f"benchmarks/results/decode-{device_type}{suffix}.md")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(format_markdown(result, command), encoding="utf-8")
-        print(f"wrote {out}")
+    suffix = "-compiled" if args.compile else ""
+    _write_result(args, format_markdown(result, _decode_command_line(args)),
+                  f"benchmarks/results/decode-{args.device.split(':')[0]}{suffix}.md")
     return 0
 
 
@@ -105,12 +113,7 @@ def _run_decode_graphs(args: argparse.Namespace) -> int:
         ])
     text = format_graph_markdown(report, command)
     print(text)
-    if not args.no_output:
-        device_type = args.device.split(":")[0]
-        out = Path(args.output or f"benchmarks/results/decode-graphs-{device_type}.md")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
-        print(f"wrote {out}")
+    _write_result(args, text, f"benchmarks/results/decode-graphs-{args.device.split(':')[0]}.md")
     return 0
 
 
@@ -131,21 +134,14 @@ def _decode_command_line(args: argparse.Namespace) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
-def _add_throughput(subparsers) -> None:
-    p = subparsers.add_parser(
-        "throughput",
-        help="continuous batching vs transformers' generate one prompt at a time",
-        description="Generate for many prompts with mini_vllm's engine (all at once) and with transformers' "
-                    "generate (one after another) on the same weights; print tokens/s for both and the ratio.",
-    )
-    p.add_argument("--model", default="smollm2-135m-instruct", help="model name or HF directory (default: %(default)s)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
+def _add_throughput(p: argparse.ArgumentParser) -> None:
+    """Generate for many prompts with mini_vllm's engine (all at once) and with transformers'
+    generate (one after another) on the same weights; print tokens/s for both and the ratio."""
+    _add_model_options(p)
     p.add_argument("--num-prompts", type=int, default=16, help="(default: %(default)s)")
     p.add_argument("--new-tokens", type=int, default=64, help="tokens generated per prompt (default: %(default)s)")
     p.add_argument("--max-num-seqs", type=int, default=16, help="engine batch limit (default: %(default)s)")
-    p.add_argument("--no-hf", action="store_true", help="time mini_vllm only")
-    p.add_argument("--output", default=None, help="markdown file (default: benchmarks/results/throughput-<device>.md)")
-    p.add_argument("--no-output", action="store_true", help="print only, write no file")
+    _add_output_options(p, "benchmarks/results/throughput-<device>.md")
 
 
 def _run_throughput(args: argparse.Namespace) -> int:
@@ -165,17 +161,15 @@ def _run_throughput(args: argparse.Namespace) -> int:
         words += ["--new-tokens", str(args.new_tokens)]
     text = format_throughput_markdown(result, " ".join(shlex.quote(w) for w in words))
     print(text)
-    if not args.no_output:
-        out = Path(args.output or f"benchmarks/results/throughput-{args.device.split(':')[0]}.md")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
-        print(f"wrote {out}")
+    _write_result(args, text, f"benchmarks/results/throughput-{args.device.split(':')[0]}.md")
     return 0
 
 
+# name: (one-line help, adds the options, runs it); the description is the adder's docstring.
 SUBCOMMANDS = {
-    "decode": (_add_decode, _run_decode),
-    "throughput": (_add_throughput, _run_throughput),
+    "decode": ("our decode loop vs transformers' generate, batch 1", _add_decode, _run_decode),
+    "throughput": ("continuous batching vs transformers' generate one prompt at a time", _add_throughput,
+                   _run_throughput),
 }
 
 
@@ -183,10 +177,10 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("bench", help="benchmarks (decode, ...)", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="bench_command", metavar="BENCHMARK")
     sub.required = True
-    for add, _ in SUBCOMMANDS.values():
-        add(sub)
+    for name, (summary, add, _) in SUBCOMMANDS.items():
+        add(sub.add_parser(name, help=summary, description=" ".join(add.__doc__.split())))
 
 
 def run(args: argparse.Namespace) -> int:
-    _, run_one = SUBCOMMANDS[args.bench_command]
+    _, _, run_one = SUBCOMMANDS[args.bench_command]
     return run_one(args)

@@ -27,7 +27,6 @@ import torch
 
 from mini_vllm.forward_context import get_forward_context
 from mini_vllm.layers.attention import Attention, attention_layers
-from mini_vllm.layers.rotary_embedding import apply_deferred_rope
 
 __all__ = ["attention", "attention_with_rope", "use_attention_op"]
 
@@ -56,27 +55,7 @@ def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor, layer_name: str
 ) -> None:
     """q `[T, H*D]`, k and v `[T, Hkv*D]`; writes attention `[T, H*D]` into `output`."""
-    _run_layer(_layer(layer_name), q, k, v, output)
-
-
-def _run_layer(layer: Attention, q, k, v, output, rope=None) -> None:
-    metadata = get_forward_context().attn_metadata
-    num_tokens = q.shape[0]
-    if rope is not None and not layer.impl.accepts_rope:
-        q, k = apply_deferred_rope(rope, q, k)
-        rope = None
-    target = output.view(num_tokens, layer.num_heads, layer.head_dim)
-    out = layer.impl.forward(
-        q.view(num_tokens, layer.num_heads, layer.head_dim),
-        k.view(num_tokens, layer.num_kv_heads, layer.head_dim),
-        v.view(num_tokens, layer.num_kv_heads, layer.head_dim),
-        layer.kv_cache,
-        metadata,
-        **({"output": target} if layer.impl.accepts_output else {}),
-        **({"rope": rope} if rope is not None else {}),
-    )
-    if out is not target:  # the backend did not write in place
-        target.copy_(out)
+    _layer(layer_name).run_backend(q, k, v, output)
 
 
 @attention.register_fake
@@ -95,7 +74,7 @@ def attention_with_rope(
     """`mini_vllm::attention` of q and k rotated by neox RoPE: what the fusion pass puts in
     place of `rotary_embedding` then `attention`. A backend that can rotate inside its
     kernel (`accepts_rope`) gets q and k unrotated; any other gets them rotated first."""
-    _run_layer(_layer(layer_name), q, k, v, output, rope=(positions, cos_sin_cache))
+    _layer(layer_name).run_backend(q, k, v, output, rope=(positions, cos_sin_cache))
 
 
 @attention_with_rope.register_fake

@@ -37,6 +37,7 @@ these passes. Together: four kernels fewer per Llama layer at batch 1.
 from __future__ import annotations
 
 import operator
+from typing import Callable
 
 import torch
 import torch.fx
@@ -78,26 +79,36 @@ def _outputs(node: torch.fx.Node, count: int) -> list[torch.fx.Node | None] | No
     return outputs
 
 
+def _rewrite_each(gm: torch.fx.GraphModule, rewrite: Callable[[torch.fx.Graph, torch.fx.Node], bool]) -> int:
+    """Offer every node (of the graph as it was) to `rewrite`, which fuses it with its
+    neighbour in place or returns False; then check and regenerate the module. The count
+    of rewrites is returned."""
+    graph = gm.graph
+    fused_count = sum(1 for node in list(graph.nodes) if rewrite(graph, node))
+    graph.lint()
+    gm.recompile()
+    return fused_count
+
+
 # ANCHOR: fusion_pass
 def fuse_norm_and_act_into_linear(gm: torch.fx.GraphModule) -> int:
     """Rewrite `gm` in place; returns the number of pairs fused."""
-    graph = gm.graph
-    position = {node: i for i, node in enumerate(graph.nodes)}
-    fused_count = 0
-    for node in list(graph.nodes):
+    position = {node: i for i, node in enumerate(gm.graph.nodes)}
+
+    def fuse(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
         fusion = FUSIONS.get(op_name(node))
         if fusion is None:
-            continue
+            return False
         fused_name, count = fusion
         outputs = _outputs(node, count)
         if outputs is None or outputs[0] is None or len(outputs[0].users) != 1:
-            continue
+            return False
         product = next(iter(outputs[0].users))
         if op_name(product) != "mini_vllm::linear" or product.args[0] is not outputs[0]:
-            continue
+            return False
         weight = product.args[1]
         if isinstance(weight, torch.fx.Node) and position[weight] > position[node]:
-            continue  # the weight is computed later (never in our models): leave it
+            return False  # the weight is computed later (never in our models): leave it
         with graph.inserting_before(node):
             fused = graph.call_function(getattr(torch.ops.mini_vllm, fused_name).default,
                                         (*node.args, weight))
@@ -112,34 +123,32 @@ def fuse_norm_and_act_into_linear(gm: torch.fx.GraphModule) -> int:
             if old is not None and old is not node:
                 graph.erase_node(old)
         graph.erase_node(node)
-        fused_count += 1
-    graph.lint()
-    gm.recompile()
-    return fused_count
+        return True
+
+    return _rewrite_each(gm, fuse)
 # ANCHOR_END: fusion_pass
 
 
 # ANCHOR: rope_fusion_pass
 def fuse_rope_into_attention(gm: torch.fx.GraphModule) -> int:
     """Rewrite `gm` in place; returns the number of rotary + attention pairs fused."""
-    graph = gm.graph
-    fused_count = 0
-    for rotary in list(graph.nodes):
+
+    def fuse(graph: torch.fx.Graph, rotary: torch.fx.Node) -> bool:
         if op_name(rotary) != "mini_vllm::rotary_embedding":
-            continue
+            return False
         outputs = _outputs(rotary, 2)
         if outputs is None or None in outputs:
-            continue
+            return False
         q_rot, k_rot = outputs
         attention = [u for u in q_rot.users if op_name(u) == "mini_vllm::attention"]
         if len(attention) != 1 or attention[0].args[:2] != (q_rot, k_rot) or len(k_rot.users) != 1:
-            continue
+            return False
         attention = attention[0]
         # Other readers of the rotated q may only want its shape (the output buffer is
         # `empty_like(q)`): the unrotated q has the same one.
         shape_only = [u for u in q_rot.users if u is not attention]
         if any(u.target is not torch.empty_like for u in shape_only):
-            continue
+            return False
         positions, query, key, table = rotary.args
         for user in shape_only:
             user.replace_input_with(q_rot, query)
@@ -149,10 +158,9 @@ def fuse_rope_into_attention(gm: torch.fx.GraphModule) -> int:
         attention.replace_all_uses_with(fused)
         for node in (attention, k_rot, q_rot, rotary):
             graph.erase_node(node)
-        fused_count += 1
-    graph.lint()
-    gm.recompile()
-    return fused_count
+        return True
+
+    return _rewrite_each(gm, fuse)
 # ANCHOR_END: rope_fusion_pass
 
 

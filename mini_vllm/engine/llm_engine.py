@@ -103,9 +103,10 @@ class LLMEngine:
         """An empty step with requests left and no step in flight would repeat for ever."""
         if output.is_empty and not output.failed and self._in_flight is None \
                 and self.scheduler.has_unfinished_requests():
+            running, waiting = self.scheduler.get_request_counts()
             raise RuntimeError(
-                f"the scheduler planned nothing although {self.scheduler.num_waiting} request(s) wait and "
-                f"{self.scheduler.num_running} run, and no step is in flight: the engine would loop for ever "
+                f"the scheduler planned nothing although {waiting} request(s) wait and "
+                f"{running} run, and no step is in flight: the engine would loop for ever "
                 "(a scheduler bug; please report it with the engine's configuration)"
             )
 

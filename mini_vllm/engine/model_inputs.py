@@ -46,6 +46,7 @@ class ModelInputs:
 
     @property
     def num_tokens(self) -> int:
+        """Rows of the flattened batch: one a token computed (padding rows included, once padded)."""
         return len(self.input_ids)
 
     @property

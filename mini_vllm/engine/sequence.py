@@ -109,6 +109,7 @@ class Sequence:
             raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
         self.seq_id = seq_id
         self.prompt_token_ids: tuple[int, ...] = prompt
+        self.num_prompt_tokens = len(prompt)
         self.sampling_params = sampling_params
         # Prompt and generated tokens in one list: the recompute after a preemption and
         # the block hashes of prefix caching both slice across the boundary.
@@ -125,10 +126,6 @@ class Sequence:
         self.num_output_placeholders = 0
 
     # -- token counts -------------------------------------------------------------
-
-    @property
-    def num_prompt_tokens(self) -> int:
-        return len(self.prompt_token_ids)
 
     @property
     def num_tokens(self) -> int:

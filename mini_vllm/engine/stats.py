@@ -34,40 +34,38 @@ class StepRecord:
 
 @dataclass
 class EngineStats:
+    """Every step's record, and running counts kept up to date as each step is recorded
+    (what a dashboard reads without walking the records)."""
+
     steps: list[StepRecord] = field(default_factory=list)
     num_preemptions: int = 0
     num_failed_requests: int = 0
+    num_steps: int = 0  # steps that ran a forward
+    prefill_tokens: int = 0  # prompt tokens computed (a preempted request's are counted again)
+    decode_tokens: int = 0
+    steps_per_runtime_mode: Counter = field(default_factory=Counter)  # {"NONE" / "PIECEWISE" / "FULL": steps}
+    # ANCHOR: batch_size_histograms
+    batch_size_histogram: Counter = field(default_factory=Counter)  # {rows in the batch: steps}, every step
+    # {rows: steps} over uniform-decode steps only: the trace a capture ladder is chosen from
+    decode_batch_size_histogram: Counter = field(default_factory=Counter)
 
     def record(self, step: StepRecord) -> None:
         self.steps.append(step)
+        self._count(step)
 
-    @property
-    def num_steps(self) -> int:
-        return len(self.steps)
-
-    @property
-    def prefill_tokens(self) -> int:
-        return sum(s.num_prefill_tokens for s in self.steps)
-
-    @property
-    def decode_tokens(self) -> int:
-        return sum(s.num_decode_tokens for s in self.steps)
-
-    # ANCHOR: batch_size_histograms
-    @property
-    def batch_size_histogram(self) -> Counter:
-        """{rows in the batch: steps} over every step."""
-        return Counter(s.num_reqs for s in self.steps)
-
-    @property
-    def decode_batch_size_histogram(self) -> Counter:
-        """{rows: steps} over uniform-decode steps only: the trace a capture ladder is chosen from."""
-        return Counter(s.num_reqs for s in self.steps if s.uniform_decode)
+    def _count(self, step: StepRecord) -> None:
+        self.num_steps += 1
+        self.prefill_tokens += step.num_prefill_tokens
+        self.decode_tokens += step.num_decode_tokens
+        self.steps_per_runtime_mode[step.runtime_mode] += 1
+        self.batch_size_histogram[step.num_reqs] += 1
+        if step.uniform_decode:
+            self.decode_batch_size_histogram[step.num_reqs] += 1
     # ANCHOR_END: batch_size_histograms
 
-    @property
-    def steps_per_runtime_mode(self) -> Counter:
-        return Counter(s.runtime_mode for s in self.steps)
+    def __post_init__(self) -> None:
+        for step in self.steps:  # stats made from recorded steps count them too
+            self._count(step)
 
     @property
     def decode_graph_hit_rate(self) -> float:

@@ -21,6 +21,7 @@ from torch import nn
 
 from mini_vllm.errors import UserError
 from mini_vllm.forward_context import get_forward_context
+from mini_vllm.layers.rotary_embedding import apply_deferred_rope
 
 if TYPE_CHECKING:
     from mini_vllm.attention.backend import AttentionBackend
@@ -70,6 +71,17 @@ class Attention(nn.Module):
                 raise RuntimeError("the compiled attention op writes into an output buffer; pass `output`")
             torch.ops.mini_vllm.attention(q, k, v, output, self.layer_name)
             return output
+        return self.run_backend(q, k, v, output)
+
+    def run_backend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor | None = None,
+                    rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """The backend's attention over this layer's KV cache, with the step's metadata from
+        the forward context (what the compiled op calls too). `rope` (positions, table):
+        q and k still need rotating; a backend that cannot rotate inside its kernel gets
+        them rotated first."""
+        if rope is not None and not self.impl.accepts_rope:
+            q, k = apply_deferred_rope(rope, q, k)
+            rope = None
         metadata = get_forward_context().attn_metadata
         num_tokens = q.shape[0]
         target = output.view(num_tokens, self.num_heads, self.head_dim) if output is not None else None
@@ -80,6 +92,7 @@ class Attention(nn.Module):
             self.kv_cache,
             metadata,
             **({"output": target} if target is not None and self.impl.accepts_output else {}),
+            **({"rope": rope} if rope is not None else {}),
         )
         if output is None:
             return out.reshape(num_tokens, self.num_heads * self.head_dim)

@@ -320,6 +320,12 @@ def _llama_kernels(
     return tuple(step)
 
 
+def _h100(launch_us: float, node_us: float) -> Hardware:
+    """An H100 SXM: the presets differ only in the host's launch cost and a node's cost."""
+    return Hardware(launch_us=launch_us, graph_launch_us=GRAPH_LAUNCH_US, eager_gap_us=H100_EAGER_GAP_US,
+                    node_us=node_us, bandwidth=H100_BANDWIDTH, peak_flops=H100_PEAK_BF16)
+
+
 # ANCHOR: presets
 # Both presets model an H100 SXM. 3.0 TB/s is the copy bandwidth we measured on our
 # H100 (COURSE_SPEC §5); 989 TFLOP/s is its dense BF16 tensor-core peak, which decode
@@ -349,20 +355,16 @@ PRESETS: dict[str, Preset] = {
     "h100-llama3.1-8b": Preset(
         name="h100-llama3.1-8b",
         description="Llama-3.1-8B decode on an H100 SXM, an engine with fused kernels (the course's table)",
-        hardware=Hardware(
+        hardware=_h100(
             # Host time a kernel: Python module code, the dispatcher, cudaLaunchKernel.
             # The table's eager step at batch 1 (8.4 ms) is launch-bound; over the 493
             # kernels below that is 17 µs each. We take 19 µs, fitted to the table's
             # *speedup* at batch 1, because our graph step there is ~13% slower than
             # the table's 5.1 ms: at 3.0 TB/s the weights alone take 5.0 ms.
             launch_us=19.0,
-            graph_launch_us=GRAPH_LAUNCH_US,
-            eager_gap_us=H100_EAGER_GAP_US,
             # 1 µs, the low end of §5: the table's graph step at batch 1 (5.1 ms) leaves
             # almost nothing beyond reading the 15 GB of weights.
             node_us=1.0,
-            bandwidth=H100_BANDWIDTH,
-            peak_flops=H100_PEAK_BF16,
         ),
         # Llama-3.1-8B config: 32 layers, hidden 4096, 32 query / 8 KV heads of 128,
         # MLP 14336, vocabulary 128256, untied head; 11 kernels a layer in an engine
@@ -378,15 +380,11 @@ PRESETS: dict[str, Preset] = {
     "h100-smollm2-135m": Preset(
         name="h100-smollm2-135m",
         description="SmolLM2-135M shape, naive PyTorch decode, measured on our H100",
-        hardware=Hardware(
+        hardware=_h100(
             launch_us=14.8,  # 20.6 ms / 1394 kernels: the step is entirely launch-bound
-            graph_launch_us=GRAPH_LAUNCH_US,
-            eager_gap_us=H100_EAGER_GAP_US,
             # (2.87 ms - ~0.1 ms of bytes) / 1394 nodes ≈ 2 µs, the top of §5's range:
             # every node is a tiny unfused kernel that is almost all fixed cost.
             node_us=2.0,
-            bandwidth=H100_BANDWIDTH,
-            peak_flops=H100_PEAK_BF16,
         ),
         # SmolLM2-135M config (§6): 30 layers, hidden 576, 9 query / 3 KV heads of 64,
         # MLP 1536, vocabulary 49152, tied head. Unfused RMSNorm, rotary and the cache
