@@ -2,13 +2,23 @@
 PY ?= python3
 VENV_PY = .venv/bin/python
 
-.PHONY: demo test setup book serve-book figures bench-decode clean
+.PHONY: demo test test-fast lint format setup book serve-book figures clean
 
 demo:            ## install what is missing, then run the demo
 	$(PY) scripts/bootstrap.py demo
 
 test:            ## install what is missing, then run the whole test suite
 	$(PY) scripts/bootstrap.py test
+
+test-fast: setup ## the tests without the notebooks and the real weights (a minute or two)
+	$(VENV_PY) -m pytest -n 2 -m "not real_weights" --ignore=tests/test_notebooks.py
+
+lint:            ## what CI checks first: ruff's lint rules and formatting (pyproject.toml)
+	$(PY) scripts/bootstrap.py lint
+
+format: setup    ## fix what ruff can fix, then format
+	$(VENV_PY) -m ruff check --fix .
+	$(VENV_PY) -m ruff format .
 
 setup:           ## install only
 	$(PY) scripts/bootstrap.py setup

@@ -3,6 +3,7 @@
 
     python3 scripts/bootstrap.py demo    # install what is missing, then generate text
     python3 scripts/bootstrap.py test    # install what is missing, then run every test
+    python3 scripts/bootstrap.py lint    # install what is missing, then check style (ruff; CI runs it first)
 
 Only a Python >= 3.10 is assumed. Everything goes into `.venv/` at the repository
 root. When the Python running this script already has a PyTorch >= 2.4 (a GPU box,
@@ -73,20 +74,33 @@ def ensure_environment() -> Path:
     return python
 
 
-USAGE = "usage: python3 scripts/bootstrap.py {demo,test,setup} [ARGS...]"
+def lint(python: Path) -> int:
+    """ruff's lint rules, then its formatting check, as configured in pyproject.toml."""
+    for step in (["check", "."], ["format", "--check", "."]):
+        cmd = [python, "-m", "ruff", *step]
+        print("+", " ".join(str(c) for c in cmd), flush=True)
+        if subprocess.run([str(c) for c in cmd], cwd=ROOT).returncode != 0:
+            print("lint failed: `make format` fixes what ruff can; fix the rest by hand", file=sys.stderr)
+            return 1
+    return 0
+
+
+USAGE = "usage: python3 scripts/bootstrap.py {demo,test,lint,setup} [ARGS...]"
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(f"{USAGE}\n\n{__doc__}")
         return 0
-    if not argv or argv[0] not in ("demo", "test", "setup"):
+    if not argv or argv[0] not in ("demo", "test", "lint", "setup"):
         print(f"{USAGE}\n\n{__doc__}", file=sys.stderr)
         return 2
     action, extra = argv[0], argv[1:]
     python = ensure_environment()
     if action == "setup":
         return 0
+    if action == "lint":
+        return lint(python)
     if action == "demo":
         cmd = [python, "-m", "mini_vllm", *(extra or DEMO_ARGS)]
     else:
