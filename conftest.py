@@ -72,5 +72,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is None or cuda_available():
         return
     if item.config.getoption("--require-gpu"):
-        pytest.fail("GPU-REQ test and --require-gpu was given, but CUDA is not available", pytrace=False)
+        pytest.fail(
+            "GPU-REQ test and --require-gpu was given, but CUDA is not available", pytrace=False
+        )
     pytest.skip(GPU_SKIP_REASON)

@@ -24,7 +24,9 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mini_vllm", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m mini_vllm", description=__doc__.splitlines()[0]
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     modules = {}

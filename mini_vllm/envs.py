@@ -36,7 +36,9 @@ def _choice(name: str, default: str, allowed: tuple[str, ...]) -> Callable[[], s
     def read() -> str:
         value = os.environ.get(name, default).strip().lower() or default
         if value not in allowed:
-            raise UserError(f"{name}={value!r} is not understood; set it to one of: {', '.join(allowed)}")
+            raise UserError(
+                f"{name}={value!r} is not understood; set it to one of: {', '.join(allowed)}"
+            )
         return value
 
     return read

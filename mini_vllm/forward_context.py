@@ -28,6 +28,8 @@ class BatchDescriptor(NamedTuple):
     def relax_for_mixed_batch_cudagraphs(self) -> "BatchDescriptor":
         """The key a graph that serves any batch of this many tokens is stored under."""
         return BatchDescriptor(self.num_tokens, num_reqs=None, uniform=False)
+
+
 # ANCHOR_END: batch_descriptor
 
 
@@ -64,7 +66,9 @@ def set_forward_context(
 ) -> Iterator[ForwardContext]:
     global _current
     previous = _current
-    _current = ForwardContext(cudagraph_runtime_mode, batch_descriptor, attn_metadata, no_compile_layers or {})
+    _current = ForwardContext(
+        cudagraph_runtime_mode, batch_descriptor, attn_metadata, no_compile_layers or {}
+    )
     try:
         yield _current
     finally:

@@ -26,10 +26,13 @@ from mini_vllm.utils import cpu_threads_context
 
 __all__ = ["LLM"]
 
+
 class LLM:
     def __init__(self, model: str = "smollm2-135m-instruct", **engine_kwargs: object) -> None:
         config = EngineConfig.from_kwargs(model=model, **engine_kwargs)
-        loaded, tokenizer, _ = load_model(config.model, device=config.device, dtype=config.dtype, seed=config.seed)
+        loaded, tokenizer, _ = load_model(
+            config.model, device=config.device, dtype=config.dtype, seed=config.seed
+        )
         self._build(config, loaded, tokenizer)
 
     @classmethod
@@ -43,7 +46,12 @@ class LLM:
         engine_kwargs.setdefault("device", weight.device.type)
         engine_kwargs.setdefault("dtype", str(weight.dtype).removeprefix("torch."))
         llm = cls.__new__(cls)
-        llm._build(EngineConfig.from_kwargs(**engine_kwargs), loaded_model, tokenizer, capture_progress=False)
+        llm._build(
+            EngineConfig.from_kwargs(**engine_kwargs),
+            loaded_model,
+            tokenizer,
+            capture_progress=False,
+        )
         return llm
 
     def _build(self, config: EngineConfig, model, tokenizer, capture_progress: bool = True) -> None:
@@ -58,7 +66,9 @@ class LLM:
     def _encode(self, prompt: "str | SequenceT[int]") -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
             if self.tokenizer is None:
-                raise UserError(f"model {self.config.model!r} has no tokenizer: pass prompts as lists of token ids")
+                raise UserError(
+                    f"model {self.config.model!r} has no tokenizer: pass prompts as lists of token ids"
+                )
             return prompt, self.tokenizer.encode(prompt)
         return None, [int(t) for t in prompt]
 
@@ -77,14 +87,19 @@ class LLM:
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]  # one prompt, as text or as token ids
         params = sampling_params if sampling_params is not None else SamplingParams()
-        params_list = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        params_list = (
+            [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        )
         if len(params_list) != len(prompts):
             raise UserError(f"{len(prompts)} prompts but {len(params_list)} SamplingParams")
         if not all(isinstance(p, SamplingParams) for p in params_list):
             raise TypeError("sampling_params must be SamplingParams (or a list of them)")
         encoded = [self._encode(p) for p in prompts]
         # An empty prompt fails alone, with its reason; the others still run.
-        seqs = [self.engine.add_request(ids, sp) if ids else None for (_, ids), sp in zip(encoded, params_list)]
+        seqs = [
+            self.engine.add_request(ids, sp) if ids else None
+            for (_, ids), sp in zip(encoded, params_list)
+        ]
 
         show = use_tqdm if use_tqdm is not None else len(prompts) >= 8
         progress = None
@@ -104,12 +119,18 @@ class LLM:
             self._output(seq, text) if seq is not None else self._empty_prompt_output(text)
             for seq, (text, _) in zip(seqs, encoded)
         ]
+
     # ANCHOR_END: generate
 
     def _empty_prompt_output(self, prompt: str | None) -> RequestOutput:
         self.engine.stats.num_failed_requests += 1
         return RequestOutput(
-            request_id=-1, prompt=prompt, prompt_token_ids=[], text="", token_ids=[], finish_reason="error",
+            request_id=-1,
+            prompt=prompt,
+            prompt_token_ids=[],
+            text="",
+            token_ids=[],
+            finish_reason="error",
             error="the prompt is empty (no tokens): give at least one token",
         )
 

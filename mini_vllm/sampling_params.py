@@ -28,9 +28,7 @@ class SamplingParams:
         allowed = {f.name: f.default for f in fields(self)}
         unknown = sorted(set(options) - set(allowed))
         if unknown:
-            raise UserError(
-                f"unknown sampling option(s) {unknown}; allowed: {', '.join(allowed)}"
-            )
+            raise UserError(f"unknown sampling option(s) {unknown}; allowed: {', '.join(allowed)}")
         for name, default in allowed.items():
             object.__setattr__(self, name, options.get(name, default))
         self._validate()
@@ -38,7 +36,10 @@ class SamplingParams:
     def _validate(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise UserError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)) or self.temperature < 0:
+        if (
+            not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature))
+            or self.temperature < 0
+        ):
             raise UserError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
         if not isinstance(self.top_k, int) or self.top_k < -1:
             raise UserError(f"top_k must be -1, 0 (off) or a positive integer, got {self.top_k!r}")

@@ -42,7 +42,9 @@ class TokenizerLike(Protocol):
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str: ...
+    def apply_chat_template(
+        self, messages: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str: ...
 
 
 def _token_text(value: Any) -> str | None:
@@ -55,8 +57,12 @@ def _token_text(value: Any) -> str | None:
 class Tokenizer:
     """A Hugging Face fast tokenizer (`tokenizer.json`) plus its chat template."""
 
-    def __init__(self, backend: Any, chat_template: str | None = None,
-                 special_tokens: dict[str, str | None] | None = None) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        chat_template: str | None = None,
+        special_tokens: dict[str, str | None] | None = None,
+    ) -> None:
         self._backend = backend
         self.chat_template = chat_template
         self.special_tokens = {k: v for k, v in (special_tokens or {}).items() if v is not None}
@@ -82,7 +88,10 @@ class Tokenizer:
             template = (path / "chat_template.jinja").read_text(encoding="utf-8")
         if isinstance(template, list):  # several named templates: take the default one
             template = next((t["template"] for t in template if t.get("name") == "default"), None)
-        specials = {key: _token_text(config.get(key)) for key in ("bos_token", "eos_token", "unk_token", "pad_token")}
+        specials = {
+            key: _token_text(config.get(key))
+            for key in ("bos_token", "eos_token", "unk_token", "pad_token")
+        }
         return cls(backend, template, specials)
 
     @property
@@ -96,7 +105,9 @@ class Tokenizer:
         return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     # ANCHOR: chat_template
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(
+        self, messages: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
         """Render the conversation as the prompt text the model was fine-tuned on.
 
         Tokenize the result with `add_special_tokens=False`: the template already
@@ -105,8 +116,14 @@ class Tokenizer:
         if not self.chat_template:
             raise UserError("this tokenizer has no chat template")
         template = _compile_template(self.chat_template)
-        return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                               tools=None, documents=None, **self.special_tokens)
+        return template.render(
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            tools=None,
+            documents=None,
+            **self.special_tokens,
+        )
+
     # ANCHOR_END: chat_template
 
 
@@ -121,8 +138,12 @@ def _compile_template(source: str) -> Any:
     def raise_exception(message: str) -> None:
         raise jinja2.exceptions.TemplateError(message)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    env.filters["tojson"] = lambda value, indent=None: json.dumps(
+        value, ensure_ascii=False, indent=indent
+    )
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env.from_string(source)
@@ -158,8 +179,12 @@ class ByteTokenizer:
         out.append(pending.decode("utf-8", errors="replace"))
         return "".join(out)
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        raise UserError("the byte tokenizer has no chat template (this model has no tokenizer of its own)")
+    def apply_chat_template(
+        self, messages: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
+        raise UserError(
+            "the byte tokenizer has no chat template (this model has no tokenizer of its own)"
+        )
 
 
 def default_tokenizer(config: Any) -> ByteTokenizer:
@@ -168,7 +193,11 @@ def default_tokenizer(config: Any) -> ByteTokenizer:
     Special ids outside the model's vocabulary are dropped rather than handed to it.
     """
     vocab = config.vocab_size
-    bos = config.bos_token_id if config.bos_token_id is not None and config.bos_token_id < vocab else None
+    bos = (
+        config.bos_token_id
+        if config.bos_token_id is not None and config.bos_token_id < vocab
+        else None
+    )
     eos_ids = [i for i in config.eos_token_ids if i < vocab]
     return ByteTokenizer(bos_token_id=bos, eos_token_id=eos_ids[0] if eos_ids else None)
 
@@ -207,16 +236,21 @@ class IncrementalDetokenizer:
 
     def _decode_window(self) -> tuple[str, str]:
         decode = self.tokenizer.decode
-        prefix = decode(self.ids[self.prefix_offset:self.read_offset], skip_special_tokens=self.skip_special_tokens)
-        full = decode(self.ids[self.prefix_offset:], skip_special_tokens=self.skip_special_tokens)
+        prefix = decode(
+            self.ids[self.prefix_offset : self.read_offset],
+            skip_special_tokens=self.skip_special_tokens,
+        )
+        full = decode(self.ids[self.prefix_offset :], skip_special_tokens=self.skip_special_tokens)
         return prefix, full
 
     def _release(self, prefix: str, full: str) -> str:
-        delta = full[len(prefix):]
+        delta = full[len(prefix) :]
         self.prefix_offset = self.read_offset
         self.read_offset = len(self.ids)
         self.text += delta
         return delta
+
+
 # ANCHOR_END: incremental_detokenizer
 
 

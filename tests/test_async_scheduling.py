@@ -32,15 +32,21 @@ def run(async_scheduling, params, **engine_kwargs):
     return [(o.token_ids, o.finish_reason) for o in outputs], llm
 
 
-VARIED = [SamplingParams(temperature=0, max_tokens=1 + i % 9, ignore_eos=i % 3 == 0) for i in range(24)]
+VARIED = [
+    SamplingParams(temperature=0, max_tokens=1 + i % 9, ignore_eos=i % 3 == 0) for i in range(24)
+]
 
 
-@pytest.mark.parametrize("engine_kwargs", [
-    dict(max_num_seqs=8),
-    # A small cache forces preemption; a small token budget forces chunked prefill.
-    dict(max_num_seqs=8, block_size=4, num_kv_blocks=20, max_num_batched_tokens=24),
-    dict(max_num_seqs=4, enable_prefix_caching=True, block_size=4),
-], ids=["batched", "preempt+chunked", "prefix-cache"])
+@pytest.mark.parametrize(
+    "engine_kwargs",
+    [
+        dict(max_num_seqs=8),
+        # A small cache forces preemption; a small token budget forces chunked prefill.
+        dict(max_num_seqs=8, block_size=4, num_kv_blocks=20, max_num_batched_tokens=24),
+        dict(max_num_seqs=4, enable_prefix_caching=True, block_size=4),
+    ],
+    ids=["batched", "preempt+chunked", "prefix-cache"],
+)
 def test_async_scheduling_gives_the_same_tokens(engine_kwargs):
     sync, _ = run(False, VARIED, **engine_kwargs)
     async_, llm = run(True, VARIED, **engine_kwargs)
@@ -56,8 +62,15 @@ def test_a_prompt_as_long_as_the_context_still_runs():
     params = SamplingParams(temperature=0, max_tokens=8)
     results = []
     for async_scheduling in (False, True):
-        llm = LLM("tiny", max_model_len=128, max_num_batched_tokens=32, async_scheduling=async_scheduling)
-        results.append([(o.token_ids, o.finish_reason) for o in llm.generate(long_prompt, params, use_tqdm=False)])
+        llm = LLM(
+            "tiny", max_model_len=128, max_num_batched_tokens=32, async_scheduling=async_scheduling
+        )
+        results.append(
+            [
+                (o.token_ids, o.finish_reason)
+                for o in llm.generate(long_prompt, params, use_tqdm=False)
+            ]
+        )
     assert results[0] == results[1] and results[0][0][1] == "length" and len(results[0][0][0]) == 1
 
 
@@ -68,16 +81,23 @@ def test_eos_stops_throw_away_only_the_step_after():
     sync, _ = run(False, params, max_num_seqs=8)
     async_, _ = run(True, params, max_num_seqs=8)
     assert async_ == sync
-    assert any(reason == "stop" for _, reason in sync), "no request stopped on EOS: the test checks nothing"
+    assert any(reason == "stop" for _, reason in sync), (
+        "no request stopped on EOS: the test checks nothing"
+    )
 
 
 def async_scheduler(num_blocks=16, max_tokens=(10,)):
     """An AsyncScheduler over 4-token blocks with one request per max_tokens entry (EOS id 2)."""
     bm = BlockManager(num_blocks=num_blocks, block_size=4)
-    scheduler = AsyncScheduler(SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=64),
-                               bm, eos_token_id=2)
-    seqs = [Sequence(name, [5 + i, 6, 7], SamplingParams(temperature=0, max_tokens=n))
-            for i, (name, n) in enumerate(zip("ab", max_tokens))]
+    scheduler = AsyncScheduler(
+        SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=64),
+        bm,
+        eos_token_id=2,
+    )
+    seqs = [
+        Sequence(name, [5 + i, 6, 7], SamplingParams(temperature=0, max_tokens=n))
+        for i, (name, n) in enumerate(zip("ab", max_tokens))
+    ]
     for seq in seqs:
         scheduler.add_request(seq)
     return scheduler, bm, seqs
@@ -88,7 +108,10 @@ def test_placeholders_are_planned_on_and_resolved_in_order():
     step0 = scheduler.schedule()  # prefill
     assert seq.token_ids == (5, 6, 7, PLACEHOLDER) and seq.num_computed_tokens == 3
     step1 = scheduler.schedule()  # planned before step 0's token is known
-    assert step1.scheduled[0].new_token_ids == (PLACEHOLDER,) and step1.scheduled[0].num_computed_tokens == 3
+    assert (
+        step1.scheduled[0].new_token_ids == (PLACEHOLDER,)
+        and step1.scheduled[0].num_computed_tokens == 3
+    )
     assert seq.token_ids == (5, 6, 7, PLACEHOLDER, PLACEHOLDER)
     with pytest.raises(RuntimeError, match="still in flight"):
         scheduler.schedule()  # two steps in flight at most
@@ -102,7 +125,11 @@ def test_placeholders_are_planned_on_and_resolved_in_order():
     step3 = scheduler.schedule()
     assert step3.is_empty  # ... so the request is not planned again
     finished = scheduler.update_from_output(step2, [11])
-    assert finished == [seq] and seq.output_token_ids == (9, 10, 11) and seq.finish_reason.value == "length"
+    assert (
+        finished == [seq]
+        and seq.output_token_ids == (9, 10, 11)
+        and seq.finish_reason.value == "length"
+    )
     assert scheduler.update_from_output(step3, []) == []
     assert bm.num_used_blocks == 0
 
@@ -136,24 +163,38 @@ def test_a_request_preempted_with_a_token_in_flight_can_still_stop():
 
 
 GRAPHS = dict(cudagraph_mode="full_and_piecewise", cudagraph_capture_sizes=[1, 2, 4, 8])
-COMPILE_FULL = dict(cudagraph_mode="full_decode_only", cudagraph_capture_sizes=[1, 2, 4, 8],
-                    compilation_mode="vllm_compile")
+COMPILE_FULL = dict(
+    cudagraph_mode="full_decode_only",
+    cudagraph_capture_sizes=[1, 2, 4, 8],
+    compilation_mode="vllm_compile",
+)
 
 
 # The compiled engine runs on the GPU only here: on CPU, tests/test_compile.py covers it.
-@pytest.mark.parametrize("device, modes", [
-    pytest.param("cpu", GRAPHS, id="cpu-graphs"),
-    pytest.param("cuda", GRAPHS, id="cuda-graphs", marks=pytest.mark.gpu),
-    pytest.param("cuda", COMPILE_FULL, id="cuda-compile+full", marks=pytest.mark.gpu),
-])
+@pytest.mark.parametrize(
+    "device, modes",
+    [
+        pytest.param("cpu", GRAPHS, id="cpu-graphs"),
+        pytest.param("cuda", GRAPHS, id="cuda-graphs", marks=pytest.mark.gpu),
+        pytest.param("cuda", COMPILE_FULL, id="cuda-compile+full", marks=pytest.mark.gpu),
+    ],
+)
 def test_async_scheduling_under_graphs_gives_the_same_tokens(device, modes):
     # Placeholder tokens are copied into the graph's input buffer on the device, before
     # replay; the padded rows of a FULL graph and the rows of a piecewise one must not mind.
     params = [SamplingParams(temperature=0, max_tokens=2 + i % 7) for i in range(12)]
     results = []
     for async_scheduling in (False, True):
-        llm = LLM("tiny", device=device, dtype="float32", max_num_seqs=8, max_model_len=128, block_size=4,
-                  async_scheduling=async_scheduling, **modes)
+        llm = LLM(
+            "tiny",
+            device=device,
+            dtype="float32",
+            max_num_seqs=8,
+            max_model_len=128,
+            block_size=4,
+            async_scheduling=async_scheduling,
+            **modes,
+        )
         outputs = llm.generate(prompts(12, seed=3), params, use_tqdm=False)
         results.append([(o.token_ids, o.finish_reason) for o in outputs])
         assert "FULL" in llm.stats.steps_per_runtime_mode

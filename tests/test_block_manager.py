@@ -199,7 +199,9 @@ def test_equal_block_after_a_different_prefix_is_not_a_hit():
     computed(bm, Sequence("a", [1, 1, 1, 1, 5, 6, 7, 8, 0]), 9)
     # Same second block, different first block: the chained key differs.
     assert bm.num_cached_tokens(Sequence("b", [2, 2, 2, 2, 5, 6, 7, 8, 0])) == 0
-    assert hash_block_tokens(None, [1, 1]) != hash_block_tokens(hash_block_tokens(None, [3]), [1, 1])
+    assert hash_block_tokens(None, [1, 1]) != hash_block_tokens(
+        hash_block_tokens(None, [3]), [1, 1]
+    )
 
 
 def test_freed_cached_block_stays_shareable_until_the_pool_reuses_it():
@@ -338,7 +340,9 @@ class BlockManagerMachine(RuleBasedStateMachine):
         for block, owners in holders.items():
             if len(owners) == 1:
                 continue
-            assert self.bm.enable_prefix_caching, f"block {block} handed out twice without prefix caching"
+            assert self.bm.enable_prefix_caching, (
+                f"block {block} handed out twice without prefix caching"
+            )
             (first, index), *rest = owners
             end = (index + 1) * bs
             for seq, other_index in rest:
@@ -353,6 +357,9 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
 
 BlockManagerMachine.TestCase.settings = settings(
-    max_examples=100, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=100,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 TestBlockManagerProperties = BlockManagerMachine.TestCase

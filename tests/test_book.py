@@ -37,7 +37,9 @@ def built_book(tmp_path_factory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("book-html")
     proc = subprocess.run(
         [mdbook_binary(), "build", str(BOOK), "--dest-dir", str(out)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"mdbook build failed:\n{log}"
@@ -109,4 +111,6 @@ def test_built_book_has_no_broken_internal_links_or_images(built_book):
             target = (html.parent / unquote(parts.path)).resolve()
             if not target.exists():
                 broken.append(f"{html.relative_to(out)}: {tag} -> {link}")
-    assert not broken, "broken internal links / images in the built book:\n" + "\n".join(sorted(set(broken)))
+    assert not broken, "broken internal links / images in the built book:\n" + "\n".join(
+        sorted(set(broken))
+    )

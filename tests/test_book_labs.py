@@ -26,9 +26,13 @@ def tag_and_phase(lab: Path) -> tuple[str, str]:
 def test_phase_page_lists_the_lab_with_its_tag(lab: Path):
     tag, phase = tag_and_phase(lab)
     page = ROOT / "book" / "src" / f"phase-{phase}" / "README.md"
-    rows = [line for line in page.read_text(encoding="utf-8").splitlines() if f"`{lab.name}`" in line]
+    rows = [
+        line for line in page.read_text(encoding="utf-8").splitlines() if f"`{lab.name}`" in line
+    ]
     assert rows, f"{page.relative_to(ROOT)} does not list {lab.name}"
-    assert any(tag in row for row in rows), f"{page.relative_to(ROOT)} lists {lab.name} without its tag {tag}"
+    assert any(tag in row for row in rows), (
+        f"{page.relative_to(ROOT)} lists {lab.name} without its tag {tag}"
+    )
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[p.name for p in LABS])
@@ -36,7 +40,9 @@ def test_lab_indexes_list_the_lab_with_its_tag(lab: Path):
     tag, _ = tag_and_phase(lab)
     for index in (ROOT / "labs" / "README.md", ROOT / "book" / "src" / "labs.md"):
         rows = [line for line in index.read_text(encoding="utf-8").splitlines() if lab.name in line]
-        assert rows and any(tag in row for row in rows), f"{index.relative_to(ROOT)}: no row for {lab.name} ({tag})"
+        assert rows and any(tag in row for row in rows), (
+            f"{index.relative_to(ROOT)}: no row for {lab.name} ({tag})"
+        )
 
 
 def test_every_phase_page_has_labs():
@@ -44,4 +50,6 @@ def test_every_phase_page_has_labs():
     phases_with_labs = {tag_and_phase(lab)[1] for lab in LABS}
     assert len(pages) == 7
     for page in pages:
-        assert page.parent.name.removeprefix("phase-") in phases_with_labs, f"{page.parent.name} has no lab"
+        assert page.parent.name.removeprefix("phase-") in phases_with_labs, (
+            f"{page.parent.name} has no lab"
+        )

@@ -19,7 +19,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CHEATSHEET = (ROOT / "CHEATSHEET.md").read_text(encoding="utf-8")
-SOURCES = [ROOT / "README.md", ROOT / "labs" / "README.md", *sorted((ROOT / "labs").glob("lab-*/README.md"))]
+SOURCES = [
+    ROOT / "README.md",
+    ROOT / "labs" / "README.md",
+    *sorted((ROOT / "labs").glob("lab-*/README.md")),
+]
 SHELL_BLOCK = re.compile(r"```(?:bash|sh|shell|console)\n(.*?)```", re.S)
 
 
@@ -47,7 +51,9 @@ def required_mentions(command: str) -> list[str]:
         name_length = 3
         if words[2] == "mini_vllm" and len(words) > 3 and not words[3].startswith("-"):
             name_length = 5 if words[3] == "bench" and len(words) > 4 else 4
-        return [" ".join(words[:name_length])] + [w.split("=")[0] for w in words[name_length:] if w.startswith("--")]
+        return [" ".join(words[:name_length])] + [
+            w.split("=")[0] for w in words[name_length:] if w.startswith("--")
+        ]
     if words[0] in ("python", "python3"):
         return [" ".join(words[:3])] + [w.split("=")[0] for w in words[3:] if w.startswith("--")]
     if words[0] == "make":
@@ -63,7 +69,9 @@ def test_the_readmes_have_commands_to_check():
     assert any(path.name == "README.md" and path.parent == ROOT for path, _ in CASES)
 
 
-@pytest.mark.parametrize("path, command", CASES, ids=[f"{p.parent.name}:{c[:60]}" for p, c in CASES])
+@pytest.mark.parametrize(
+    "path, command", CASES, ids=[f"{p.parent.name}:{c[:60]}" for p, c in CASES]
+)
 def test_cheatsheet_lists_the_command(path: Path, command: str):
     missing = [m for m in required_mentions(command) if m not in CHEATSHEET]
     assert not missing, f"{path.relative_to(ROOT)} uses `{command}`; CHEATSHEET.md lacks {missing}"

@@ -23,7 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_a_user_error_is_one_line_and_exit_2(capsys):
     assert main(["bench", "decode", "--modes", "eager,warp-drive", "--no-output"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: unknown mode(s) ['warp-drive']; choose from eager,")
+    assert err.count("\n") == 1 and err.startswith(
+        "error: unknown mode(s) ['warp-drive']; choose from eager,"
+    )
 
 
 def test_any_other_error_keeps_its_traceback(monkeypatch):
@@ -69,7 +71,15 @@ def test_every_command_has_its_module():
 def test_doctor_reports_every_check_and_passes_here(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    for name in ("python", "torch", "transformers", "SmolLM2 weights", "cache directory", "pytest", "mdbook"):
+    for name in (
+        "python",
+        "torch",
+        "transformers",
+        "SmolLM2 weights",
+        "cache directory",
+        "pytest",
+        "mdbook",
+    ):
         assert f"  {name}" in out
     assert out.rstrip().endswith("everything the engine and the tests need is here")
 
@@ -86,6 +96,11 @@ def test_doctor_names_the_command_that_installs_what_is_missing(monkeypatch, cap
 
 
 def test_doctor_runs_as_a_module():
-    proc = subprocess.run([sys.executable, "-m", "mini_vllm", "doctor"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mini_vllm", "doctor"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

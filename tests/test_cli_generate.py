@@ -13,7 +13,10 @@ METRICS = re.compile(r"TTFT: [\d.]+ ms \| mean inter-token latency: [\d.]+ ms \|
 
 
 def test_generate_tiny_prints_text_and_metrics(capsys):
-    assert main(["generate", "hello there", "--model", "tiny", "--max-tokens", "6", "--ignore-eos"]) == 0
+    assert (
+        main(["generate", "hello there", "--model", "tiny", "--max-tokens", "6", "--ignore-eos"])
+        == 0
+    )
     out = capsys.readouterr().out
     text, metrics = out.rstrip("\n").rsplit("\n", 1)
     assert text  # something was streamed before the metrics line
@@ -21,8 +24,22 @@ def test_generate_tiny_prints_text_and_metrics(capsys):
 
 
 def test_several_prompts_are_served_together_by_the_engine(capsys):
-    assert main(["generate", "hello", "a longer second prompt", "third", "--model", "tiny",
-                 "--max-tokens", "5", "--ignore-eos"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "hello",
+                "a longer second prompt",
+                "third",
+                "--model",
+                "tiny",
+                "--max-tokens",
+                "5",
+                "--ignore-eos",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     for i, prompt in enumerate(["hello", "a longer second prompt", "third"], 1):
         assert f"--- [{i}] {prompt}" in out
@@ -32,7 +49,12 @@ def test_several_prompts_are_served_together_by_the_engine(capsys):
 
 
 def test_a_prompt_too_long_fails_alone_and_the_others_are_answered(capsys):
-    assert main(["generate", "short", "x" * 300, "--model", "tiny", "--max-tokens", "4", "--ignore-eos"]) == 0
+    assert (
+        main(
+            ["generate", "short", "x" * 300, "--model", "tiny", "--max-tokens", "4", "--ignore-eos"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     first, second = out.split("--- [2]")
     assert "(failed" not in first and "(failed: the prompt is 300 tokens" in second
@@ -58,7 +80,9 @@ def test_prompt_longer_than_the_context_says_the_limit(capsys):
     assert "300 tokens" in err and "limit is 256 tokens" in err
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given when CUDA is absent")
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the message given when CUDA is absent"
+)
 def test_cuda_without_cuda_says_so(capsys):
     assert main(["generate", "hi", "--model", "tiny", "--device", "cuda"]) == 2
     assert "CUDA is not available" in capsys.readouterr().err
@@ -87,11 +111,35 @@ def test_generate_real_model_chat(capsys):
 
 def test_bench_decode_writes_markdown(tmp_path, capsys):
     out = tmp_path / "decode.md"
-    assert main(["bench", "decode", "--model", "tiny", "--new-tokens", "4", "--repeats", "1", "--warmup", "0",
-                 "--output", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "decode",
+                "--model",
+                "tiny",
+                "--new-tokens",
+                "4",
+                "--repeats",
+                "1",
+                "--warmup",
+                "0",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "tokens/s" in printed and "ratio:" in printed
     report = out.read_text()
-    for needle in ("# Decode benchmark", "date:", "torch " + torch.__version__, "command: `python -m mini_vllm bench decode",
-                   "| mini_vllm decode loop |", "transformers `generate`", "ratio"):
+    for needle in (
+        "# Decode benchmark",
+        "date:",
+        "torch " + torch.__version__,
+        "command: `python -m mini_vllm bench decode",
+        "| mini_vllm decode loop |",
+        "transformers `generate`",
+        "ratio",
+    ):
         assert needle in report

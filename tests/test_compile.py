@@ -39,13 +39,20 @@ def make(device, **kw):
 
 @pytest.fixture(scope="module", params=DEVICES)
 def eager_tokens(request):
-    return request.param, [o.token_ids for o in make(request.param).generate(prompts(), GREEDY, use_tqdm=False)]
+    return request.param, [
+        o.token_ids for o in make(request.param).generate(prompts(), GREEDY, use_tqdm=False)
+    ]
 
 
 @pytest.mark.parametrize(
     "level, graphs",
-    [("stock_torch_compile", "none"), ("dynamo_trace_once", "full_decode_only"),
-     ("vllm_compile", "none"), ("vllm_compile", "piecewise"), ("vllm_compile", "full_and_piecewise")],
+    [
+        ("stock_torch_compile", "none"),
+        ("dynamo_trace_once", "full_decode_only"),
+        ("vllm_compile", "none"),
+        ("vllm_compile", "piecewise"),
+        ("vllm_compile", "full_and_piecewise"),
+    ],
 )
 def test_compiled_generation_equals_eager(eager_tokens, level, graphs):
     device, expected = eager_tokens
@@ -79,7 +86,9 @@ def test_stock_compile_does_recompile_where_trace_once_does_not():
 def compiled_llm():
     llm = make("cpu", compilation_mode="vllm_compile", cudagraph_mode="full_and_piecewise")
     # Requests of different lengths: decode batches shrink from 4 rows to 1 as they finish.
-    params = [SamplingParams(temperature=0, max_tokens=3 + 2 * i, ignore_eos=True) for i in range(8)]
+    params = [
+        SamplingParams(temperature=0, max_tokens=3 + 2 * i, ignore_eos=True) for i in range(8)
+    ]
     llm.generate(prompts(8, seed=5), params, use_tqdm=False)
     return llm
 
@@ -92,7 +101,9 @@ def test_hidden_states_match_eager_within_float32_rounding(compiled_llm):
 
     model = compiled_llm.engine.model
     ids, pos = torch.randint(0, 256, (5,)), torch.arange(5)
-    md = PagedAttentionMetadata(torch.tensor([0, 1, 2, 3, 4]), torch.tensor([[0, 1]]), torch.tensor([5]), [5], [5], False)
+    md = PagedAttentionMetadata(
+        torch.tensor([0, 1, 2, 3, 4]), torch.tensor([[0, 1]]), torch.tensor([5]), [5], [5], False
+    )
     layers = static_forward_context(model)
     with torch.inference_mode(), set_forward_context(CUDAGraphMode.NONE, None, md, layers):
         compiled = model.model(ids, pos).clone()
@@ -154,19 +165,42 @@ def test_the_model_traces_in_one_graph():
     from mini_vllm.compilation.diagnostics import explain_graph_breaks
     from mini_vllm.models.loader import load_model
 
-    from mini_vllm.attention.paged import PagedAttentionBackend, PagedAttentionMetadata, allocate_paged_kv_caches
+    from mini_vllm.attention.paged import (
+        PagedAttentionBackend,
+        PagedAttentionMetadata,
+        allocate_paged_kv_caches,
+    )
     from mini_vllm.forward_context import set_forward_context
     from mini_vllm.layers.attention import bind_kv_caches, static_forward_context
 
     model, _, cfg = load_model("tiny")
-    bind_kv_caches(model, PagedAttentionBackend(), allocate_paged_kv_caches(
-        cfg.num_hidden_layers, 4, 16, cfg.num_key_value_heads, cfg.head_dim, torch.float32, "cpu"))
+    bind_kv_caches(
+        model,
+        PagedAttentionBackend(),
+        allocate_paged_kv_caches(
+            cfg.num_hidden_layers,
+            4,
+            16,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+            torch.float32,
+            "cpu",
+        ),
+    )
     use_attention_op(model)
     forward = type(model.model).forward  # the undecorated forward, traced as Dynamo would
-    md = PagedAttentionMetadata(torch.tensor([0, 1, 2]), torch.tensor([[0]]), torch.tensor([3]), [3], [3], False)
-    with torch.inference_mode(), set_forward_context(CUDAGraphMode.NONE, None, md, static_forward_context(model)):
-        report = explain_graph_breaks(lambda i, p: forward(model.model, i, p), torch.zeros(3, dtype=torch.long),
-                                      torch.arange(3))
+    md = PagedAttentionMetadata(
+        torch.tensor([0, 1, 2]), torch.tensor([[0]]), torch.tensor([3]), [3], [3], False
+    )
+    with (
+        torch.inference_mode(),
+        set_forward_context(CUDAGraphMode.NONE, None, md, static_forward_context(model)),
+    ):
+        report = explain_graph_breaks(
+            lambda i, p: forward(model.model, i, p),
+            torch.zeros(3, dtype=torch.long),
+            torch.arange(3),
+        )
     assert report.graph_break_count == 0, report.format()
 
 
@@ -180,17 +214,27 @@ def test_second_start_compiles_faster_from_the_cache(tmp_path):
     env.pop("TORCHINDUCTOR_CACHE_DIR")
 
     def start() -> tuple[float, str]:
-        out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-                             timeout=600)
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
-        seconds = float(next(line.split()[1] for line in out.stdout.splitlines() if line.startswith("SECONDS")))
+        seconds = float(
+            next(line.split()[1] for line in out.stdout.splitlines() if line.startswith("SECONDS"))
+        )
         return seconds, out.stdout
 
     cold, cold_out = start()
     warm, warm_out = start()
     assert "first start: cold cache" in cold_out and "previous start" in warm_out
     assert warm < cold
-    assert (tmp_path / "cache" / "inductor").is_dir() and list((tmp_path / "cache" / "compile").glob("*.json"))
+    assert (tmp_path / "cache" / "inductor").is_dir() and list(
+        (tmp_path / "cache" / "compile").glob("*.json")
+    )
 
 
 def test_an_engine_without_compilation_runs_a_model_another_engine_compiled_as_written():
@@ -203,8 +247,13 @@ def test_an_engine_without_compilation_runs_a_model_another_engine_compiled_as_w
     expected = [o.token_ids for o in compiled.generate(prompts(2), GREEDY, use_tqdm=False)]
     model = compiled.engine.model
     assert "_compile_wrapper" in model.model.__dict__
-    eager = LLMEngine(EngineConfig(model="(shared)", device="cpu", dtype="float32", max_num_seqs=4,
-                                   max_model_len=64), model, capture_progress=False)
+    eager = LLMEngine(
+        EngineConfig(
+            model="(shared)", device="cpu", dtype="float32", max_num_seqs=4, max_model_len=64
+        ),
+        model,
+        capture_progress=False,
+    )
     assert "_compile_wrapper" not in model.model.__dict__
     assert not any(getattr(m, "use_custom_op", False) for m in model.modules())
     seqs = [eager.add_request(prompt, GREEDY) for prompt in prompts(2)]

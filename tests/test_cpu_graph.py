@@ -54,8 +54,15 @@ def test_python_control_flow_is_frozen_at_capture(layer):
         assert (output >= 0).all()
 
 
-@pytest.mark.parametrize("sync", [lambda t: t.sum().item(), lambda t: t.tolist(), lambda t: bool(t.sum() > 0),
-                                  lambda t: t.nonzero()])
+@pytest.mark.parametrize(
+    "sync",
+    [
+        lambda t: t.sum().item(),
+        lambda t: t.tolist(),
+        lambda t: bool(t.sum() > 0),
+        lambda t: t.nonzero(),
+    ],
+)
 def test_host_sync_during_capture_raises_naming_the_op(layer, sync):
     graph = CPUGraph()
     with pytest.raises(CaptureError, match="host"):
@@ -90,7 +97,10 @@ def test_wrapper_keeps_one_graph_per_shape_and_passes_through_other_modes(layer)
         assert set(wrapper.entries) == {BatchDescriptor(1), BatchDescriptor(4)}
         with set_forward_context(CUDAGraphMode.FULL, BatchDescriptor(4)):  # another level's mode
             eager = wrapper(inputs[4] * 3)
-        assert torch.equal(eager, layer(inputs[4] * 3)) and wrapper.entries[BatchDescriptor(4)].num_replays == 0
+        assert (
+            torch.equal(eager, layer(inputs[4] * 3))
+            and wrapper.entries[BatchDescriptor(4)].num_replays == 0
+        )
 
 
 def test_wrapper_debug_mode_catches_inputs_at_new_addresses(layer):

@@ -18,7 +18,10 @@ import random
 
 import pytest
 
-from mini_vllm.compilation.monitor import cudagraph_capturing_enabled, set_cudagraph_capturing_enabled
+from mini_vllm.compilation.monitor import (
+    cudagraph_capturing_enabled,
+    set_cudagraph_capturing_enabled,
+)
 import torch
 
 from mini_vllm import LLM, SamplingParams
@@ -47,7 +50,10 @@ def decode_inputs(runner, size, seed):
     """A uniform-decode batch of `size` rows over random cache contents."""
     gen = torch.Generator().manual_seed(seed)
     positions = torch.randint(0, 60, (size,), generator=gen).tolist()
-    tables = [[(7 * row + j) % runner.num_kv_blocks for j in range(p // BLOCK + 1)] for row, p in enumerate(positions)]
+    tables = [
+        [(7 * row + j) % runner.num_kv_blocks for j in range(p // BLOCK + 1)]
+        for row, p in enumerate(positions)
+    ]
     return ModelInputs(
         input_ids=torch.randint(0, 256, (size,), generator=gen).tolist(),
         positions=positions,
@@ -80,7 +86,9 @@ def assert_graph_matches(device, graph, eager):
 
 @pytest.fixture(scope="module", params=DEVICES)
 def graph_llm(request):
-    llm = make_llm(request.param, cudagraph_mode="full_and_piecewise", cudagraph_capture_sizes=[1, 2, 4, 8])
+    llm = make_llm(
+        request.param, cudagraph_mode="full_and_piecewise", cudagraph_capture_sizes=[1, 2, 4, 8]
+    )
     torch.manual_seed(0)
     for cache in llm.engine.runner.kv_caches:
         cache.normal_()
@@ -95,7 +103,9 @@ def test_full_graph_equals_eager_for_every_captured_decode_size(graph_llm, size)
     mode, key = runner.dispatcher.dispatch(size, uniform_decode=True)
     assert mode is CUDAGraphMode.FULL and key.num_tokens == size
     graph = run_forward(runner, inputs, mode, key)
-    eager = run_forward(runner, inputs, CUDAGraphMode.NONE, None, table_width=runner.max_blocks_per_seq)
+    eager = run_forward(
+        runner, inputs, CUDAGraphMode.NONE, None, table_width=runner.max_blocks_per_seq
+    )
     assert_graph_matches(device, graph, eager)
 
 
@@ -107,10 +117,15 @@ def test_piecewise_graph_equals_eager_for_mixed_batches(graph_llm, size):
     table = [5, 6, 7, 8][: (3 + size + BLOCK - 1) // BLOCK]
     positions = list(range(3, 3 + size))
     inputs = ModelInputs(
-        input_ids=list(range(10, 10 + size)), positions=positions,
+        input_ids=list(range(10, 10 + size)),
+        positions=positions,
         slot_mapping=[table[p // BLOCK] * BLOCK + p % BLOCK for p in positions],
-        query_lens=[size], seq_lens=[3 + size], block_tables=[table], logits_indices=[size - 1],
-        sampling_rows=[0], uniform_decode=False,
+        query_lens=[size],
+        seq_lens=[3 + size],
+        block_tables=[table],
+        logits_indices=[size - 1],
+        sampling_rows=[0],
+        uniform_decode=False,
     )
     mode, key = runner.dispatcher.dispatch(size, uniform_decode=False)
     assert mode is CUDAGraphMode.PIECEWISE
@@ -128,7 +143,9 @@ def test_padded_batch_runs_on_the_next_graph_and_real_rows_match(graph_llm):
     padded = pad_inputs(inputs, key.num_tokens)
     graph = run_forward(runner, padded, mode, key)
     assert graph.shape[0] == 4
-    same_shape = run_forward(runner, padded, CUDAGraphMode.NONE, None, table_width=runner.max_blocks_per_seq)
+    same_shape = run_forward(
+        runner, padded, CUDAGraphMode.NONE, None, table_width=runner.max_blocks_per_seq
+    )
     assert_graph_matches(device, graph, same_shape)
     unpadded = run_forward(runner, inputs, CUDAGraphMode.NONE, None)
     torch.testing.assert_close(graph[:3], unpadded, rtol=1e-5, atol=1e-5)
@@ -173,7 +190,10 @@ def test_new_shape_after_capture_window_closed_raises(graph_llm):
     # start-up did, which test_capture_window_closes_after_start_up checks.
     set_cudagraph_capturing_enabled(False)
     with pytest.raises(RuntimeError, match="capture window closed"):
-        with torch.inference_mode(), set_forward_context(CUDAGraphMode.FULL, BatchDescriptor(3, 3, True), metadata):
+        with (
+            torch.inference_mode(),
+            set_forward_context(CUDAGraphMode.FULL, BatchDescriptor(3, 3, True), metadata),
+        ):
             runner.graphs.forward(runner.input_ids[:3], runner.positions[:3])
 
 
@@ -195,16 +215,27 @@ def test_piecewise_split_gives_one_piece_more_than_layers(graph_llm):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_batch_33_runs_on_the_40_graph_and_only_33_rows_come_back(device):
-    llm = make_llm(device, max_num_seqs=40, cudagraph_mode="full_and_piecewise",
-                   cudagraph_capture_sizes=[1, 8, 32, 40], max_num_batched_tokens=1024)
+    llm = make_llm(
+        device,
+        max_num_seqs=40,
+        cudagraph_mode="full_and_piecewise",
+        cudagraph_capture_sizes=[1, 8, 32, 40],
+        max_num_batched_tokens=1024,
+    )
     batch = prompts(33, seed=2, longest=6)
-    outputs = llm.generate(batch, SamplingParams(temperature=0, max_tokens=3, ignore_eos=True), use_tqdm=False)
+    outputs = llm.generate(
+        batch, SamplingParams(temperature=0, max_tokens=3, ignore_eos=True), use_tqdm=False
+    )
     decode_steps = [s for s in llm.stats.steps if s.uniform_decode]
-    assert decode_steps and all(s.num_reqs == 33 and s.num_padded_tokens == 40 for s in decode_steps)
+    assert decode_steps and all(
+        s.num_reqs == 33 and s.num_padded_tokens == 40 for s in decode_steps
+    )
     assert all(s.runtime_mode == "FULL" for s in decode_steps)
     assert [len(o.token_ids) for o in outputs] == [3] * 33
     eager = make_llm(device, max_num_seqs=40, max_num_batched_tokens=1024)
-    expected = eager.generate(batch, SamplingParams(temperature=0, max_tokens=3, ignore_eos=True), use_tqdm=False)
+    expected = eager.generate(
+        batch, SamplingParams(temperature=0, max_tokens=3, ignore_eos=True), use_tqdm=False
+    )
     assert [o.token_ids for o in outputs] == [o.token_ids for o in expected]
 
 
@@ -214,7 +245,9 @@ def test_batch_above_largest_size_runs_eagerly_and_counts_as_a_miss(device):
     llm.generate(prompts(6, seed=4), GREEDY, use_tqdm=False)
     decode_steps = [s for s in llm.stats.steps if s.uniform_decode]
     above = [s for s in decode_steps if s.num_reqs > 4]
-    assert above and all(s.runtime_mode == "NONE" and s.num_padded_tokens == s.num_tokens for s in above)
+    assert above and all(
+        s.runtime_mode == "NONE" and s.num_padded_tokens == s.num_tokens for s in above
+    )
     hits = sum(1 for s in decode_steps if s.runtime_mode != "NONE")
     assert llm.stats.decode_graph_hit_rate == pytest.approx(hits / len(decode_steps))
     assert llm.stats.decode_graph_hit_rate < 1.0
@@ -222,8 +255,12 @@ def test_batch_above_largest_size_runs_eagerly_and_counts_as_a_miss(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_full_and_piecewise_routes_decode_to_full_and_mixed_to_piecewise(device):
-    llm = make_llm(device, cudagraph_mode="full_and_piecewise", cudagraph_capture_sizes=[1, 2, 4, 8, 16, 32],
-                   max_num_batched_tokens=32)
+    llm = make_llm(
+        device,
+        cudagraph_mode="full_and_piecewise",
+        cudagraph_capture_sizes=[1, 2, 4, 8, 16, 32],
+        max_num_batched_tokens=32,
+    )
     llm.generate(prompts(8, seed=6, longest=10), GREEDY, use_tqdm=False)
     for step in llm.stats.steps:
         if step.uniform_decode:
@@ -237,9 +274,14 @@ def test_full_and_piecewise_routes_decode_to_full_and_mixed_to_piecewise(device)
 def test_hit_rate_and_padding_waste_are_counted_right(device):
     # Three requests of equal length: one prefill step of 3 x 5 tokens (15 -> 16,
     # piecewise), then decode steps of 3 rows padded to 4 (full).
-    llm = make_llm(device, cudagraph_mode="full_and_piecewise", cudagraph_capture_sizes=[1, 2, 4, 8, 16])
-    llm.generate([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10], [11, 12, 13, 14, 15]],
-                 SamplingParams(temperature=0, max_tokens=5, ignore_eos=True), use_tqdm=False)
+    llm = make_llm(
+        device, cudagraph_mode="full_and_piecewise", cudagraph_capture_sizes=[1, 2, 4, 8, 16]
+    )
+    llm.generate(
+        [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10], [11, 12, 13, 14, 15]],
+        SamplingParams(temperature=0, max_tokens=5, ignore_eos=True),
+        use_tqdm=False,
+    )
     steps = llm.stats.steps
     assert [(s.num_tokens, s.num_padded_tokens, s.runtime_mode) for s in steps] == (
         [(15, 16, "PIECEWISE")] + [(3, 4, "FULL")] * 4

@@ -29,11 +29,20 @@ def alone_outputs():
 def test_batched_with_preemption_equals_each_prompt_alone(alone_outputs):
     # 20 blocks of 4 tokens hold 80 tokens: the longest request (40 + 24) fits alone,
     # but eight running together do not, so the scheduler must preempt.
-    llm = LLM("tiny", max_num_seqs=8, max_model_len=128, block_size=4, num_kv_blocks=20, max_num_batched_tokens=64)
+    llm = LLM(
+        "tiny",
+        max_num_seqs=8,
+        max_model_len=128,
+        block_size=4,
+        num_kv_blocks=20,
+        max_num_batched_tokens=64,
+    )
     outputs = llm.generate(random_prompts(), GREEDY, use_tqdm=False)
     assert llm.stats.num_preemptions > 0
     assert [o.token_ids for o in outputs] == alone_outputs
-    assert [o.prompt_token_ids for o in outputs] == random_prompts()  # prompt order, none lost or duplicated
+    assert [
+        o.prompt_token_ids for o in outputs
+    ] == random_prompts()  # prompt order, none lost or duplicated
     assert len({o.request_id for o in outputs}) == len(outputs)
     assert all(o.finish_reason == "length" and len(o.token_ids) == 24 for o in outputs)
     bm = llm.engine.block_manager
@@ -55,8 +64,11 @@ def test_batching_actually_batches_and_stats_add_up(alone_outputs):
 
 def test_bad_prompts_fail_alone_with_a_reason():
     llm = LLM("tiny", max_num_seqs=4, max_model_len=64)
-    outputs = llm.generate([[5, 6, 7], [], [1] * 100, [8, 9]], SamplingParams(temperature=0, max_tokens=4),
-                           use_tqdm=False)
+    outputs = llm.generate(
+        [[5, 6, 7], [], [1] * 100, [8, 9]],
+        SamplingParams(temperature=0, max_tokens=4),
+        use_tqdm=False,
+    )
     assert [o.finish_reason for o in outputs] == ["length", "error", "error", "length"]
     assert "empty" in outputs[1].error
     assert "100 tokens" in outputs[2].error and "max_model_len=64" in outputs[2].error
@@ -64,7 +76,9 @@ def test_bad_prompts_fail_alone_with_a_reason():
     assert llm.stats.num_failed_requests == 2
 
 
-@pytest.mark.parametrize("bad", [dict(max_tokens=0), dict(temperature=-1), dict(top_p=0), dict(beam_width=4)])
+@pytest.mark.parametrize(
+    "bad", [dict(max_tokens=0), dict(temperature=-1), dict(top_p=0), dict(beam_width=4)]
+)
 def test_bad_sampling_options_are_rejected_up_front(bad):
     with pytest.raises(ValueError) as info:
         SamplingParams(**bad)
@@ -85,8 +99,12 @@ def test_text_prompts_use_the_model_tokenizer():
 def test_seeded_sampling_is_reproducible_and_independent_of_the_batch():
     params = SamplingParams(temperature=1.0, top_k=20, seed=7, max_tokens=8, ignore_eos=True)
     prompts = random_prompts(n=6, seed=3)
-    alone = LLM("tiny", max_num_seqs=1, max_model_len=128).generate([prompts[2]], params, use_tqdm=False)[0]
-    batched = LLM("tiny", max_num_seqs=6, max_model_len=128).generate(prompts, params, use_tqdm=False)[2]
+    alone = LLM("tiny", max_num_seqs=1, max_model_len=128).generate(
+        [prompts[2]], params, use_tqdm=False
+    )[0]
+    batched = LLM("tiny", max_num_seqs=6, max_model_len=128).generate(
+        prompts, params, use_tqdm=False
+    )[2]
     assert alone.token_ids == batched.token_ids
 
 
@@ -95,8 +113,10 @@ def test_prepare_and_pad_inputs_of_a_mixed_batch():
     from mini_vllm.engine.scheduler import Scheduler, SchedulerConfig
     from mini_vllm.engine.sequence import Sequence
 
-    scheduler = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=16, max_model_len=64),
-                          BlockManager(16, 4))
+    scheduler = Scheduler(
+        SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=16, max_model_len=64),
+        BlockManager(16, 4),
+    )
     scheduler.add_request(Sequence(0, [10, 11, 12, 13, 14], GREEDY))
     out = scheduler.schedule()
     scheduler.update_from_output(out, [99])
@@ -106,7 +126,12 @@ def test_prepare_and_pad_inputs_of_a_mixed_batch():
     table0, table1 = (list(row.block_table) for row in out.scheduled)
     assert inputs.input_ids == [99, 20, 21, 22]
     assert inputs.positions == [5, 0, 1, 2]
-    assert inputs.slot_mapping == [table0[1] * 4 + 1, table1[0] * 4, table1[0] * 4 + 1, table1[0] * 4 + 2]
+    assert inputs.slot_mapping == [
+        table0[1] * 4 + 1,
+        table1[0] * 4,
+        table1[0] * 4 + 1,
+        table1[0] * 4 + 2,
+    ]
     assert inputs.query_lens == [1, 3] and inputs.seq_lens == [6, 3]
     assert inputs.query_start_loc == [0, 1, 4]
     assert inputs.logits_indices == [0, 3] and not inputs.uniform_decode
@@ -124,8 +149,15 @@ def test_real_smollm2_batched_with_preemption_equals_each_prompt_alone(smollm2):
     alone = LLM.from_model(model, tokenizer, max_num_seqs=1, max_model_len=64)
     expected = [alone.generate([p], params, use_tqdm=False)[0].token_ids for p in prompts]
     # 16 blocks of 4 tokens: the longest request (40 + 12) fits alone, eight together do not.
-    llm = LLM.from_model(model, tokenizer, max_num_seqs=8, max_model_len=64, block_size=4, num_kv_blocks=16,
-                         max_num_batched_tokens=64)
+    llm = LLM.from_model(
+        model,
+        tokenizer,
+        max_num_seqs=8,
+        max_model_len=64,
+        block_size=4,
+        num_kv_blocks=16,
+        max_num_batched_tokens=64,
+    )
     outputs = llm.generate(prompts, params, use_tqdm=False)
     assert llm.stats.num_preemptions > 0
     assert [o.token_ids for o in outputs] == expected
@@ -177,6 +209,8 @@ def test_a_model_that_outlives_its_engine_lets_the_cache_go(tiny):
     caches = [weakref.ref(cache) for cache in first.engine.runner.kv_caches]
     del first
     gc.collect()
-    assert all(cache() is None for cache in caches), "the shared model's layers kept the dropped engine's cache"
+    assert all(cache() is None for cache in caches), (
+        "the shared model's layers kept the dropped engine's cache"
+    )
     second = LLM.from_model(model, max_num_seqs=2, max_model_len=64)  # the model still serves
     assert second.generate([[1, 2, 3]], GREEDY, use_tqdm=False)[0].token_ids == expected

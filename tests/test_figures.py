@@ -34,7 +34,9 @@ def test_figure_is_drawn_as_png(name: str, tmp_path: Path):
     path = figurekit.save_figure(ALL_FIGURES[name](), tmp_path / name)
     data = path.read_bytes()
     assert data.startswith(PNG_SIGNATURE), f"{name} is not a PNG"
-    assert 10_000 < len(data) < 150 * 1024, f"{name}: {len(data)} bytes, expected a real figure under 150 KiB"
+    assert 10_000 < len(data) < 150 * 1024, (
+        f"{name}: {len(data)} bytes, expected a real figure under 150 KiB"
+    )
 
 
 def test_the_book_uses_only_figures_the_scripts_draw():
@@ -46,7 +48,9 @@ def test_the_book_uses_only_figures_the_scripts_draw():
         if part.split(")")[0].endswith(".png")
     }
     assert referenced, "the book shows no figure"
-    assert referenced <= set(ALL_FIGURES), f"not drawn by the scripts: {referenced - set(ALL_FIGURES)}"
+    assert referenced <= set(ALL_FIGURES), (
+        f"not drawn by the scripts: {referenced - set(ALL_FIGURES)}"
+    )
     committed = {p.name for p in (ROOT / "book" / "src" / "figures").glob("*.png")}
     assert referenced <= committed, f"drawn but not committed: {referenced - committed}"
 

@@ -27,12 +27,19 @@ from test_compile import GREEDY, make, prompts  # noqa: E402
 
 
 def mini_vllm_ops(graph: torch.fx.Graph) -> Counter:
-    return Counter(name for name in map(op_name, graph.nodes) if name and name.startswith("mini_vllm::"))
+    return Counter(
+        name for name in map(op_name, graph.nodes) if name and name.startswith("mini_vllm::")
+    )
 
 
 @pytest.fixture(scope="module")
 def fused_cpu_llm():
-    llm = make("cpu", compilation_mode="vllm_compile", cudagraph_mode="full_and_piecewise", enable_fusion=True)
+    llm = make(
+        "cpu",
+        compilation_mode="vllm_compile",
+        cudagraph_mode="full_and_piecewise",
+        enable_fusion=True,
+    )
     return llm, [o.token_ids for o in llm.generate(prompts(), GREEDY, use_tqdm=False)]
 
 
@@ -65,7 +72,9 @@ def test_four_pairs_a_layer_are_fused(fused_cpu_llm):
 
 
 def test_without_fusion_the_model_traces_plain_torch_ops():
-    llm = make("cpu", compilation_mode="vllm_compile", cudagraph_mode="none")  # CPU default: no fusion
+    llm = make(
+        "cpu", compilation_mode="vllm_compile", cudagraph_mode="none"
+    )  # CPU default: no fusion
     llm.generate(prompts(1), GREEDY, use_tqdm=False)
     stats = llm.engine.runner.graphs.compile_stats
     assert stats.fused_pairs == 0
@@ -78,7 +87,9 @@ def test_rotary_op_is_the_layers_rotation():
     rope = RotaryEmbedding(64, 256, 10000.0)
     positions = torch.tensor([0, 5, 77])
     q, k = torch.randn(3, 9 * 64), torch.randn(3, 3 * 64)
-    for got, want in zip(rotary_embedding_op(positions, q, k, rope.cos_sin_cache), rope(positions, q, k)):
+    for got, want in zip(
+        rotary_embedding_op(positions, q, k, rope.cos_sin_cache), rope(positions, q, k)
+    ):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
@@ -87,7 +98,9 @@ def _norm_then_linear_graph(second_reader: bool) -> torch.fx.GraphModule:
 
     graph = torch.fx.Graph()
     x, residual, g, w = (graph.placeholder(n) for n in ("x", "residual", "g", "w"))
-    normed_and_sum = graph.call_function(torch.ops.mini_vllm.fused_add_rms_norm, (x, residual, g, 1e-6))
+    normed_and_sum = graph.call_function(
+        torch.ops.mini_vllm.fused_add_rms_norm, (x, residual, g, 1e-6)
+    )
     normed = graph.call_function(operator.getitem, (normed_and_sum, 0))
     summed = graph.call_function(operator.getitem, (normed_and_sum, 1))
     product = graph.call_function(torch.ops.mini_vllm.linear, (normed, w))
@@ -120,12 +133,17 @@ def test_fused_ops_compute_the_unfused_pair_on_cpu():
     x, residual, g = torch.randn(3, 16), torch.randn(3, 16), torch.rand(16) + 0.5
     w, w_down, gate_up = torch.randn(24, 16), torch.randn(16, 10), torch.randn(3, 20)
     exact = dict(rtol=0, atol=0)
-    torch.testing.assert_close(ops.rms_norm_linear(x, g, 1e-6, w), F.linear(rms_norm_native(x, g, 1e-6), w), **exact)
+    torch.testing.assert_close(
+        ops.rms_norm_linear(x, g, 1e-6, w), F.linear(rms_norm_native(x, g, 1e-6), w), **exact
+    )
     out, summed = ops.fused_add_rms_norm_linear(x, residual, g, 1e-6, w)
     torch.testing.assert_close(summed, x + residual, **exact)
     torch.testing.assert_close(out, F.linear(rms_norm_native(x + residual, g, 1e-6), w), **exact)
-    torch.testing.assert_close(ops.silu_and_mul_linear(gate_up, w_down),
-                               F.linear(silu_and_mul_native(gate_up), w_down), **exact)
+    torch.testing.assert_close(
+        ops.silu_and_mul_linear(gate_up, w_down),
+        F.linear(silu_and_mul_native(gate_up), w_down),
+        **exact,
+    )
 
 
 # --- GPU-REQ -----------------------------------------------------------------------------
@@ -143,18 +161,26 @@ def test_rms_norm_gemv_matches_norm_then_product(out_features, in_features, with
 
     gen = torch.Generator(device="cuda").manual_seed(in_features)
     x = (torch.randn(1, in_features, device="cuda", generator=gen) * 3).bfloat16()
-    residual = torch.randn(1, in_features, device="cuda", generator=gen).bfloat16() if with_residual else None
+    residual = (
+        torch.randn(1, in_features, device="cuda", generator=gen).bfloat16()
+        if with_residual
+        else None
+    )
     g = (torch.rand(in_features, device="cuda", generator=gen) + 0.5).bfloat16()
-    w = (torch.randn(out_features, in_features, device="cuda", generator=gen) / in_features ** 0.5).bfloat16()
+    w = (
+        torch.randn(out_features, in_features, device="cuda", generator=gen) / in_features**0.5
+    ).bfloat16()
     got = triton_rms_norm_gemv(x, residual, g, 1e-5, w)
     summed = x if residual is None else x + residual
     # The reference: the same bf16 roundings (torch's add and norm), then a float32 product.
     expected = rms_norm_native(summed, g, 1e-5).float() @ w.float().t()
     if residual is not None:
         got, new_residual = got
-        torch.testing.assert_close(new_residual, summed, rtol=0, atol=0)  # one rounded add, same as torch
+        torch.testing.assert_close(
+            new_residual, summed, rtol=0, atol=0
+        )  # one rounded add, same as torch
     assert got.shape == (1, out_features) and got.dtype == torch.bfloat16
-    torch.testing.assert_close(got.float(), expected, rtol=2 ** -6, atol=2e-2)
+    torch.testing.assert_close(got.float(), expected, rtol=2**-6, atol=2e-2)
 
 
 @pytest.mark.gpu
@@ -164,10 +190,12 @@ def test_silu_and_mul_gemv_matches_activation_then_product(out_features, in_feat
 
     gen = torch.Generator(device="cuda").manual_seed(in_features)
     gate_up = (torch.randn(1, 2 * in_features, device="cuda", generator=gen) * 2).bfloat16()
-    w = (torch.randn(out_features, in_features, device="cuda", generator=gen) / in_features ** 0.5).bfloat16()
+    w = (
+        torch.randn(out_features, in_features, device="cuda", generator=gen) / in_features**0.5
+    ).bfloat16()
     expected = silu_and_mul_native(gate_up).float() @ w.float().t()
     got = triton_silu_and_mul_gemv(gate_up, w)
-    torch.testing.assert_close(got.float(), expected, rtol=2 ** -6, atol=2e-2)
+    torch.testing.assert_close(got.float(), expected, rtol=2**-6, atol=2e-2)
 
 
 @pytest.mark.gpu
@@ -177,11 +205,17 @@ def test_fusion_on_cuda_keeps_the_tokens_and_removes_kernels():
 
     results = {}
     for fusion in (False, True):
-        llm = make("cuda", compilation_mode="vllm_compile", cudagraph_mode="full_and_piecewise",
-                   enable_fusion=fusion)
+        llm = make(
+            "cuda",
+            compilation_mode="vllm_compile",
+            cudagraph_mode="full_and_piecewise",
+            enable_fusion=fusion,
+        )
         tokens = [o.token_ids for o in llm.generate(prompts(), GREEDY, use_tqdm=False)]
         # One decode step of one request (a FULL graph replay): how many kernels it runs.
-        llm.engine.add_request(prompts(1)[0], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
+        llm.engine.add_request(
+            prompts(1)[0], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+        )
         for _ in range(3):
             llm.engine.step()
         kernels, _ = count_kernels(torch.device("cuda"), llm.engine.step)
@@ -192,7 +226,10 @@ def test_fusion_on_cuda_keeps_the_tokens_and_removes_kernels():
     assert results[False][1] == 0 and results[True][1] == 4 * layers
     # Each fused pair saves the norm's, the activation's or RoPE's own kernel (the
     # embedding may have shared one with the first norm before).
-    assert results[True][2] <= results[False][2] - (4 * layers - 1), (results[True][2], results[False][2])
+    assert results[True][2] <= results[False][2] - (4 * layers - 1), (
+        results[True][2],
+        results[False][2],
+    )
 
 
 @pytest.mark.gpu
@@ -201,7 +238,9 @@ def test_silu_and_mul_op_on_cuda_matches_torch(rows):
     from mini_vllm.layers.activation import silu_and_mul_op
 
     gate_up = (torch.randn(rows, 2 * 1536, device="cuda") * 2).bfloat16()
-    torch.testing.assert_close(silu_and_mul_op(gate_up), silu_and_mul_native(gate_up), rtol=2 ** -7, atol=2 ** -7)
+    torch.testing.assert_close(
+        silu_and_mul_op(gate_up), silu_and_mul_native(gate_up), rtol=2**-7, atol=2**-7
+    )
 
 
 @pytest.mark.gpu
@@ -214,30 +253,61 @@ def test_decode_kernels_rotate_like_rotating_first(num_splits, num_reqs):
     torch.manual_seed(num_reqs * 10 + num_splits)
     heads, kv_heads, dim, block, blocks_per_seq = 9, 3, 64, 16, 8
     rope = RotaryEmbedding(dim, 512, 100000.0).to("cuda")
-    kv_cache = torch.randn(2, num_reqs * blocks_per_seq + 1, block, kv_heads, dim, device="cuda").bfloat16()
-    tables = torch.arange(num_reqs * blocks_per_seq, device="cuda", dtype=torch.int64).view(num_reqs, -1)
+    kv_cache = torch.randn(
+        2, num_reqs * blocks_per_seq + 1, block, kv_heads, dim, device="cuda"
+    ).bfloat16()
+    tables = torch.arange(num_reqs * blocks_per_seq, device="cuda", dtype=torch.int64).view(
+        num_reqs, -1
+    )
     seq_lens = torch.tensor([100, 37, 128][:num_reqs], device="cuda")
     positions = seq_lens - 1
     slots = tables.gather(1, (positions // block)[:, None]).squeeze(1) * block + positions % block
     qkv = torch.randn(num_reqs, (heads + 2 * kv_heads) * dim, device="cuda").bfloat16()
     q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=1)
     cache_fused = kv_cache.clone()
-    fused = triton_paged_decode(q.view(num_reqs, heads, dim), k.view(num_reqs, kv_heads, dim),
-                                v.view(num_reqs, kv_heads, dim), cache_fused, tables, seq_lens, slots, None,
-                                num_splits=num_splits, rope=(positions, rope.cos_sin_cache))
+    fused = triton_paged_decode(
+        q.view(num_reqs, heads, dim),
+        k.view(num_reqs, kv_heads, dim),
+        v.view(num_reqs, kv_heads, dim),
+        cache_fused,
+        tables,
+        seq_lens,
+        slots,
+        None,
+        num_splits=num_splits,
+        rope=(positions, rope.cos_sin_cache),
+    )
     q_rot, k_rot = rope(positions, q, k)
-    reference = triton_paged_decode(q_rot.reshape(num_reqs, heads, dim), k_rot.reshape(num_reqs, kv_heads, dim),
-                                    v.reshape(num_reqs, kv_heads, dim), kv_cache, tables, seq_lens, slots, None,
-                                    num_splits=num_splits)
-    torch.testing.assert_close(cache_fused, kv_cache, rtol=2 ** -7, atol=2 ** -7)  # the rotated keys stored
-    torch.testing.assert_close(fused.float(), reference.float(), rtol=2 ** -6, atol=2e-2)
+    reference = triton_paged_decode(
+        q_rot.reshape(num_reqs, heads, dim),
+        k_rot.reshape(num_reqs, kv_heads, dim),
+        v.reshape(num_reqs, kv_heads, dim),
+        kv_cache,
+        tables,
+        seq_lens,
+        slots,
+        None,
+        num_splits=num_splits,
+    )
+    torch.testing.assert_close(
+        cache_fused, kv_cache, rtol=2**-7, atol=2**-7
+    )  # the rotated keys stored
+    torch.testing.assert_close(fused.float(), reference.float(), rtol=2**-6, atol=2e-2)
 
 
-@pytest.mark.parametrize("settings", [dict(), dict(compilation_mode="stock_torch_compile"),
-                                      dict(compilation_mode="vllm_compile", enforce_eager=True)])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(),
+        dict(compilation_mode="stock_torch_compile"),
+        dict(compilation_mode="vllm_compile", enforce_eager=True),
+    ],
+)
 def test_asking_for_fusion_without_vllm_compile_says_what_to_do(settings):
     from mini_vllm.engine.engine_config import EngineConfig
 
-    with pytest.raises(ValueError, match="enable_fusion=True needs compilation_mode='vllm_compile'"):
+    with pytest.raises(
+        ValueError, match="enable_fusion=True needs compilation_mode='vllm_compile'"
+    ):
         EngineConfig(model="tiny", device="cpu", enable_fusion=True, **settings)
     EngineConfig(model="tiny", device="cpu", enable_fusion=False, **settings)  # off: always fine

@@ -38,9 +38,7 @@ def starter_files(lab: Path) -> list[Path]:
 def pristine_copy(path: Path) -> bytes:
     """The committed version of a file, or the working copy if git has none."""
     relative = path.relative_to(ROOT).as_posix()
-    result = subprocess.run(
-        ["git", "show", f"HEAD:{relative}"], cwd=ROOT, capture_output=True
-    )
+    result = subprocess.run(["git", "show", f"HEAD:{relative}"], cwd=ROOT, capture_output=True)
     return result.stdout if result.returncode == 0 else path.read_bytes()
 
 
@@ -52,13 +50,25 @@ def run_lab(lab: Path, impl: str, tmp_path: Path, starter_dir: Path | None = Non
     if starter_dir is not None:
         env["MINI_VLLM_STARTER_DIR"] = str(starter_dir)
     cmd = [
-        sys.executable, "-m", "pytest", str(lab), f"--impl={impl}", "-q",
-        "-p", "no:cacheprovider", "-p", "no:randomly", f"--junitxml={report}",
-        "-o", "junit_family=xunit1",
+        sys.executable,
+        "-m",
+        "pytest",
+        str(lab),
+        f"--impl={impl}",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        f"--junitxml={report}",
+        "-o",
+        "junit_family=xunit1",
     ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     if not report.exists():
-        pytest.fail(f"pytest wrote no report for {lab.name} ({impl}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        pytest.fail(
+            f"pytest wrote no report for {lab.name} ({impl}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     outcomes = []
     for case in ET.parse(report).getroot().iter("testcase"):
         name = f"{case.get('classname')}::{case.get('name')}"
@@ -77,8 +87,22 @@ def collected_count(lab: Path) -> int:
     env = dict(os.environ, MINI_VLLM_IMPL="ref")
     env.pop("PYTEST_XDIST_WORKER", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", str(lab), "--impl=ref", "--collect-only", "-q", "-p", "no:cacheprovider"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(lab),
+            "--impl=ref",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     found = re.search(r"(\d+) tests? collected", proc.stdout)
     if not found:
@@ -88,7 +112,9 @@ def collected_count(lab: Path) -> int:
 
 def is_gpu_skip(outcome: Outcome) -> bool:
     """A skip the lab is allowed: no GPU here, or an optional outside system (vLLM) absent."""
-    return outcome.status == "skipped" and (GPU_SKIP_MARK in outcome.message or "OPTIONAL:" in outcome.message)
+    return outcome.status == "skipped" and (
+        GPU_SKIP_MARK in outcome.message or "OPTIONAL:" in outcome.message
+    )
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.name for lab in LABS])
@@ -96,8 +122,12 @@ def test_lab_layout(lab: Path):
     readme = lab / "README.md"
     assert readme.exists(), f"{lab.name} has no README.md"
     text = readme.read_text()
-    assert re.search(r"\b(CPU-OK|GPU-REQ)\b", text), f"{lab.name}/README.md does not give the lab's tag"
-    assert f"pytest labs/{lab.name}" in text, f"{lab.name}/README.md does not give the exact pytest command"
+    assert re.search(r"\b(CPU-OK|GPU-REQ)\b", text), (
+        f"{lab.name}/README.md does not give the lab's tag"
+    )
+    assert f"pytest labs/{lab.name}" in text, (
+        f"{lab.name}/README.md does not give the exact pytest command"
+    )
     assert starter_files(lab), f"{lab.name} has no starter file"
     assert any("NotImplementedError" in p.read_text() for p in starter_files(lab)), (
         f"{lab.name}'s starter has no TODO raising NotImplementedError"
@@ -109,7 +139,9 @@ def test_lab_layout(lab: Path):
 def test_lab_passes_on_reference(lab: Path, tmp_path: Path):
     outcomes = run_lab(lab, "ref", tmp_path)
     bad = [o for o in outcomes if o.status != "passed" and not is_gpu_skip(o)]
-    assert not bad, "reference fails lab tests:\n" + "\n".join(f"{o.status}: {o.name} {o.message[:300]}" for o in bad)
+    assert not bad, "reference fails lab tests:\n" + "\n".join(
+        f"{o.status}: {o.name} {o.message[:300]}" for o in bad
+    )
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.name for lab in LABS])
@@ -128,6 +160,11 @@ def test_every_lab_test_fails_on_pristine_starter(lab: Path, tmp_path: Path):
         "the starter must import cleanly so every test can run and fail on its own"
     )
     passing = [o.name for o in student if o.status == "passed"]
-    assert not passing, "these lab tests pass on the untouched starter (they check nothing the student writes):\n" + "\n".join(passing)
+    assert not passing, (
+        "these lab tests pass on the untouched starter (they check nothing the student writes):\n"
+        + "\n".join(passing)
+    )
     odd_skips = [o.name for o in student if o.status == "skipped" and not is_gpu_skip(o)]
-    assert not odd_skips, "these lab tests skip on the starter instead of failing:\n" + "\n".join(odd_skips)
+    assert not odd_skips, "these lab tests skip on the starter instead of failing:\n" + "\n".join(
+        odd_skips
+    )

@@ -42,7 +42,11 @@ def test_the_workload_is_reproducible_and_counted_in_steps():
 def test_the_lab_trace_says_how_it_was_made():
     data = load_trace(LAB_TRACE)
     assert data["command"].startswith("python -m mini_vllm.bench.ladder --out ")
-    assert data["workload"] == {"function": "mini_vllm.bench.ladder.make_workload", "num_requests": 400, "seed": 0}
+    assert data["workload"] == {
+        "function": "mini_vllm.bench.ladder.make_workload",
+        "num_requests": 400,
+        "seed": 0,
+    }
     trace = data["decode_batch_sizes"]
     assert len(trace) > 500 and min(trace) >= 1
     assert len(data["ttft_ms"]) == 400
@@ -51,7 +55,11 @@ def test_the_lab_trace_says_how_it_was_made():
 
 def test_evaluate_matches_the_engine_dispatcher_on_a_long_tail():
     trace = long_tailed_trace()
-    for ladder in (default_capture_sizes(256, 8192), powers_of_two_ladder(8), [1, 2, 4, 8, 16, 32, 48, 64]):
+    for ladder in (
+        default_capture_sizes(256, 8192),
+        powers_of_two_ladder(8),
+        [1, 2, 4, 8, 16, 32, 48, 64],
+    ):
         score = evaluate_ladder(trace, ladder)
         stats = score_with_engine(trace, ladder, max_num_seqs=256)
         assert score.hit_rate == pytest.approx(stats.decode_graph_hit_rate, abs=1e-12)
@@ -90,11 +98,21 @@ def test_tradeoff_curve_pads_less_with_every_graph():
 
 def test_run_workload_times_every_token_and_agrees_with_the_chooser(tmp_path):
     workload = make_workload(40, seed=1)
-    trace = trace_from_stats(run_workload(LLM("tiny", device="cpu", dtype="float32", max_num_seqs=16,
-                                                  cudagraph_mode="NONE"), workload).stats)
+    trace = trace_from_stats(
+        run_workload(
+            LLM("tiny", device="cpu", dtype="float32", max_num_seqs=16, cudagraph_mode="NONE"),
+            workload,
+        ).stats
+    )
     ladder = choose_ladder(trace, 3)
-    llm = LLM("tiny", device="cpu", dtype="float32", max_num_seqs=16, cudagraph_mode="FULL_AND_PIECEWISE",
-              cudagraph_capture_sizes=ladder)
+    llm = LLM(
+        "tiny",
+        device="cpu",
+        dtype="float32",
+        max_num_seqs=16,
+        cudagraph_mode="FULL_AND_PIECEWISE",
+        cudagraph_capture_sizes=ladder,
+    )
     run = run_workload(llm, workload)
     assert len(run.ttft_s) == len(workload)
     assert len(run.itl_s) == sum(r.max_tokens for r in workload) - len(workload)

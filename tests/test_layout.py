@@ -41,7 +41,11 @@ def imported_modules(path: Path) -> set[str]:
             return
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name.startswith("mini_vllm"))
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("mini_vllm"):
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and (node.module or "").startswith("mini_vllm")
+        ):
             submodules = {f"{node.module}.{alias.name}" for alias in node.names} & MODULES.keys()
             found.update(submodules or {node.module})
         for child in ast.iter_child_nodes(node):
@@ -53,7 +57,11 @@ def imported_modules(path: Path) -> set[str]:
 
 # The package root's lazy `LLM` / `SamplingParams` attributes are sugar for users, not a
 # dependency of any module: leave the root out, or every module would sit in one circle.
-GRAPH = {name: imported_modules(path) - {"mini_vllm"} for name, path in MODULES.items() if name != "mini_vllm"}
+GRAPH = {
+    name: imported_modules(path) - {"mini_vllm"}
+    for name, path in MODULES.items()
+    if name != "mini_vllm"
+}
 
 
 def strongly_connected_components(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -102,8 +110,9 @@ def strongly_connected_components(graph: dict[str, set[str]]) -> list[list[str]]
 
 def test_no_import_circle():
     circles = [c for c in strongly_connected_components(GRAPH) if len(c) > 1 or c[0] in GRAPH[c[0]]]
-    assert not circles, "modules that import each other (directly or through others):\n" + "\n".join(
-        " <-> ".join(c) for c in circles
+    assert not circles, (
+        "modules that import each other (directly or through others):\n"
+        + "\n".join(" <-> ".join(c) for c in circles)
     )
 
 
@@ -119,7 +128,10 @@ def test_the_engine_never_reaches_the_teaching_models_or_the_tools():
 
 
 def test_the_cycle_check_finds_a_circle():
-    assert strongly_connected_components({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"], ["d"]]
+    assert strongly_connected_components({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [
+        ["a", "b", "c"],
+        ["d"],
+    ]
 
 
 def test_the_map_names_every_part_of_the_package():
@@ -129,7 +141,10 @@ def test_the_map_names_every_part_of_the_package():
     )
     package_map = ast.get_docstring(ast.parse((PACKAGE / "__init__.py").read_text()))
     readme = (ROOT / "README.md").read_text()
-    readme_map = readme[readme.index("## What is inside"):]
-    for where, text in (("mini_vllm/__init__.py's docstring", package_map), ("README.md's 'What is inside'", readme_map)):
+    readme_map = readme[readme.index("## What is inside") :]
+    for where, text in (
+        ("mini_vllm/__init__.py's docstring", package_map),
+        ("README.md's 'What is inside'", readme_map),
+    ):
         missing = [part for part in parts if not re.search(rf"(?<![\w/]){re.escape(part)}", text)]
         assert not missing, f"{where} does not name {missing}"

@@ -31,7 +31,28 @@ pytestmark = pytest.mark.gpu
 
 FP32_TOL = 1e-4
 BF16_TOL = 5e-2
-PROMPT = [1, 504, 3575, 282, 4649, 314, 17, 42, 1000, 2077, 9000, 12, 31, 48000, 77, 5, 600, 601, 602, 3]
+PROMPT = [
+    1,
+    504,
+    3575,
+    282,
+    4649,
+    314,
+    17,
+    42,
+    1000,
+    2077,
+    9000,
+    12,
+    31,
+    48000,
+    77,
+    5,
+    600,
+    601,
+    602,
+    3,
+]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +94,9 @@ def test_cuda_float32_matches_cpu(model_name, cpu_reference, exact_fp32_matmul):
 
 
 def test_cuda_bfloat16_matches_cpu_float32(model_name, cpu_reference):
-    model, _, _ = load_model(model_name, device="cuda", dtype=torch.bfloat16, seed=0, progress=False)
+    model, _, _ = load_model(
+        model_name, device="cuda", dtype=torch.bfloat16, seed=0, progress=False
+    )
     logits = full_forward_logits(model, PROMPT)
     assert logits.dtype == torch.bfloat16
     err = rel_err(logits, cpu_reference)
@@ -86,15 +109,32 @@ def test_cuda_bfloat16_matches_cpu_float32(model_name, cpu_reference):
 
 def test_cuda_decode_loop_with_cache_matches_full_recompute(model_name, exact_fp32_matmul):
     model, _, _ = load_model(model_name, device="cuda", dtype=torch.float32, seed=0, progress=False)
-    result = generate(model, PROMPT, SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True))
+    result = generate(
+        model, PROMPT, SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    )
     assert result.num_generated == 12 and result.ttft_s > 0 and len(result.itl_s) == 11
     full = full_forward_logits(model, PROMPT + result.token_ids[:-1])
     # Every token the cached loop chose is the argmax of a from-scratch forward.
-    assert full[len(PROMPT) - 1:].argmax(-1).cpu().tolist() == result.token_ids
+    assert full[len(PROMPT) - 1 :].argmax(-1).cpu().tolist() == result.token_ids
 
 
 def test_cli_generate_on_cuda(capsys):
     from mini_vllm.__main__ import main
 
-    assert main(["generate", "hello", "--model", "tiny", "--device", "cuda", "--max-tokens", "5", "--ignore-eos"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "hello",
+                "--model",
+                "tiny",
+                "--device",
+                "cuda",
+                "--max-tokens",
+                "5",
+                "--ignore-eos",
+            ]
+        )
+        == 0
+    )
     assert "tokens/s" in capsys.readouterr().out

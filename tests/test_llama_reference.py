@@ -41,7 +41,9 @@ def test_tokenizer_and_chat_template_match_transformers(smollm2, hf_reference):
     for text in PROMPTS + ["héllo wörld, 日本語 ✓  spaces\n\ttabs"]:
         assert tokenizer.encode(text) == hf_tokenizer.encode(text)
     ours = tokenizer.apply_chat_template(CHAT)
-    assert ours == hf_tokenizer.apply_chat_template(CHAT, tokenize=False, add_generation_prompt=True)
+    assert ours == hf_tokenizer.apply_chat_template(
+        CHAT, tokenize=False, add_generation_prompt=True
+    )
     assert tokenizer.eos_token_id == hf_tokenizer.eos_token_id == 2
 
 
@@ -64,9 +66,14 @@ def test_greedy_32_tokens_match_transformers_generate(smollm2, hf_reference):
         ids = tokenizer.encode(prompt)
         ours = generate(model, ids, SamplingParams(temperature=0.0, max_tokens=32)).token_ids
         with torch.inference_mode():
-            out = hf_model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                    max_new_tokens=32, do_sample=False, pad_token_id=config.eos_token_ids[0])
-        theirs = out[0, len(ids):].tolist()
+            out = hf_model.generate(
+                torch.tensor([ids]),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                max_new_tokens=32,
+                do_sample=False,
+                pad_token_id=config.eos_token_ids[0],
+            )
+        theirs = out[0, len(ids) :].tolist()
         if 2 in theirs:  # transformers pads after EOS; we stop at it
             theirs = theirs[: theirs.index(2) + 1]
         assert ours == theirs, prompt
@@ -75,7 +82,9 @@ def test_greedy_32_tokens_match_transformers_generate(smollm2, hf_reference):
 def test_instruct_model_knows_the_capital_of_france(smollm2):
     model, tokenizer, _ = smollm2
     ids = tokenizer.encode(tokenizer.apply_chat_template(CHAT), add_special_tokens=False)
-    result = generate(model, ids, SamplingParams(temperature=0.0, max_tokens=40), tokenizer=tokenizer)
+    result = generate(
+        model, ids, SamplingParams(temperature=0.0, max_tokens=40), tokenizer=tokenizer
+    )
     print(repr(result.text))
     assert "Paris" in result.text
     assert result.ttft_s > 0 and len(result.itl_s) == result.num_generated - 1
@@ -85,8 +94,13 @@ def test_streamed_text_equals_final_text(smollm2):
     model, tokenizer, _ = smollm2
     ids = tokenizer.encode("Write the word café three times, then 日本:")
     pieces: list[str] = []
-    result = generate(model, ids, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True),
-                      tokenizer=tokenizer, on_token=lambda _tid, delta: pieces.append(delta))
+    result = generate(
+        model,
+        ids,
+        SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True),
+        tokenizer=tokenizer,
+        on_token=lambda _tid, delta: pieces.append(delta),
+    )
     assert "".join(pieces) == result.text
     detok = IncrementalDetokenizer(tokenizer)
     text = "".join(detok.push(t) for t in tokenizer.encode("naïve 東京 🙂 ok"))

@@ -55,9 +55,16 @@ _RACER = textwrap.dedent("""
 
 
 def test_two_processes_publishing_at_once_build_once(tmp_path):
-    procs = [subprocess.Popen([sys.executable, "-c", _RACER, str(tmp_path)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        for _ in range(2)
+    ]
     outputs = [p.communicate(timeout=120) for p in procs]
     for p, (out, err) in zip(procs, outputs):
         assert p.returncode == 0 and out.strip() == "ok", err
@@ -99,12 +106,19 @@ def test_second_load_is_fast_and_identical(smollm2):
         digest.update(param.contiguous().numpy().tobytes())
     attempts = []
     for _ in range(3):
-        done = subprocess.run([sys.executable, "-c", _SECOND_LOAD], capture_output=True, text=True, timeout=300,
-                              cwd=Path(__file__).resolve().parents[1])
+        done = subprocess.run(
+            [sys.executable, "-c", _SECOND_LOAD],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=Path(__file__).resolve().parents[1],
+        )
         assert done.returncode == 0, done.stderr
         elapsed, user, system, their_digest, has_tokenizer = done.stdout.split()
         assert their_digest == digest.hexdigest() and has_tokenizer == "True"
-        attempts.append(f"{float(elapsed):.2f} s wall ({float(user):.2f} user, {float(system):.2f} system)")
+        attempts.append(
+            f"{float(elapsed):.2f} s wall ({float(user):.2f} user, {float(system):.2f} system)"
+        )
         if float(elapsed) < 3.0:
             break
     print("second load:", "; ".join(attempts))

@@ -16,10 +16,20 @@ def _save_random_hf_llama(path, tie: bool, rope_scaling=None, seed: int = 0):
 
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-        num_attention_heads=8, num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
-        rms_norm_eps=1e-6, rope_theta=5000.0, tie_word_embeddings=tie, rope_scaling=rope_scaling,
-        bos_token_id=1, eos_token_id=2,
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=128,
+        rms_norm_eps=1e-6,
+        rope_theta=5000.0,
+        tie_word_embeddings=tie,
+        rope_scaling=rope_scaling,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():  # random norm weights too, so a mix-up of the norms shows
@@ -35,8 +45,16 @@ def _save_random_hf_llama(path, tie: bool, rope_scaling=None, seed: int = 0):
     [
         (True, None),
         (False, None),
-        (False, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                 "original_max_position_embeddings": 16}),
+        (
+            False,
+            {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+        ),
     ],
     ids=["tied", "untied", "llama3-rope"],
 )

@@ -25,6 +25,9 @@ def test_notebook_executes_on_cpu(path: Path):
     assert "mini_vllm" in sources, f"{path.name} does not use mini_vllm"
     os.environ.setdefault("MPLBACKEND", "Agg")
     client = NotebookClient(
-        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        notebook,
+        timeout=600,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
     )
     client.execute()

@@ -10,7 +10,11 @@ from mini_vllm.attention.contiguous import (
     ContiguousAttentionMetadata,
     allocate_contiguous_kv_caches,
 )
-from mini_vllm.attention.paged import PagedAttentionBackend, PagedAttentionMetadata, allocate_paged_kv_caches
+from mini_vllm.attention.paged import (
+    PagedAttentionBackend,
+    PagedAttentionMetadata,
+    allocate_paged_kv_caches,
+)
 from mini_vllm.engine.block_manager import slot_mapping
 
 HEADS, KV_HEADS, DIM, BLOCK = 4, 2, 8, 4
@@ -29,22 +33,37 @@ def reference_attention(q, keys, values, q_pos):
 def seqs():
     torch.manual_seed(0)
     return [
-        dict(q=torch.randn(12, HEADS, DIM), k=torch.randn(12, KV_HEADS, DIM), v=torch.randn(12, KV_HEADS, DIM),
-             table=table)
+        dict(
+            q=torch.randn(12, HEADS, DIM),
+            k=torch.randn(12, KV_HEADS, DIM),
+            v=torch.randn(12, KV_HEADS, DIM),
+            table=table,
+        )
         for table in ([3, 7, 1], [5, 0, 2])
     ]
 
 
 def run_step(backend, cache, seqs, spans, uniform, pad_tokens=0):
     """spans: per sequence (start, end) of the new tokens this step."""
-    q = torch.cat([s["q"][a:b] for s, (a, b) in zip(seqs, spans)] + [torch.zeros(pad_tokens, HEADS, DIM)])
-    k = torch.cat([s["k"][a:b] for s, (a, b) in zip(seqs, spans)] + [torch.ones(pad_tokens, KV_HEADS, DIM)])
-    v = torch.cat([s["v"][a:b] for s, (a, b) in zip(seqs, spans)] + [torch.ones(pad_tokens, KV_HEADS, DIM)])
-    slots = sum((slot_mapping(s["table"], a, b, BLOCK) for s, (a, b) in zip(seqs, spans)), []) + [-1] * pad_tokens
+    q = torch.cat(
+        [s["q"][a:b] for s, (a, b) in zip(seqs, spans)] + [torch.zeros(pad_tokens, HEADS, DIM)]
+    )
+    k = torch.cat(
+        [s["k"][a:b] for s, (a, b) in zip(seqs, spans)] + [torch.ones(pad_tokens, KV_HEADS, DIM)]
+    )
+    v = torch.cat(
+        [s["v"][a:b] for s, (a, b) in zip(seqs, spans)] + [torch.ones(pad_tokens, KV_HEADS, DIM)]
+    )
+    slots = (
+        sum((slot_mapping(s["table"], a, b, BLOCK) for s, (a, b) in zip(seqs, spans)), [])
+        + [-1] * pad_tokens
+    )
     tables = torch.tensor([s["table"] for s in seqs] + [[0, 0, 0]] * (pad_tokens if uniform else 0))
     lens = [b for _, b in spans] + [0] * (pad_tokens if uniform else 0)
     qlens = [b - a for a, b in spans] + [1] * (pad_tokens if uniform else 0)
-    md = PagedAttentionMetadata(torch.tensor(slots), tables, torch.tensor(lens), qlens, lens, uniform)
+    md = PagedAttentionMetadata(
+        torch.tensor(slots), tables, torch.tensor(lens), qlens, lens, uniform
+    )
     return backend.forward(q, k, v, cache, md)
 
 
@@ -60,7 +79,11 @@ def check(out, seqs, spans):
 def test_paged_prefill_then_decode_then_chunk_match_reference(seqs):
     cache = allocate_paged_kv_caches(1, 8, BLOCK, KV_HEADS, DIM, torch.float32, "cpu")[0]
     backend = PagedAttentionBackend()
-    for spans, uniform in [([(0, 6), (0, 3)], False), ([(6, 7), (3, 4)], True), ([(7, 8), (4, 9)], False)]:
+    for spans, uniform in [
+        ([(0, 6), (0, 3)], False),
+        ([(6, 7), (3, 4)], True),
+        ([(7, 8), (4, 9)], False),
+    ]:
         check(run_step(backend, cache, seqs, spans, uniform), seqs, spans)
 
 
@@ -87,19 +110,41 @@ def test_paged_backend_equals_contiguous_backend_inside_the_model():
     model, _, cfg = load_model("tiny", seed=3)
     tokens = torch.randint(0, cfg.vocab_size, (21,))
     with torch.inference_mode():
-        caches = allocate_contiguous_kv_caches(cfg.num_hidden_layers, 1, 21, cfg.num_key_value_heads, cfg.head_dim,
-                                               torch.float32, "cpu")
+        caches = allocate_contiguous_kv_caches(
+            cfg.num_hidden_layers,
+            1,
+            21,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+            torch.float32,
+            "cpu",
+        )
         bind_kv_caches(model, ContiguousAttentionBackend(), caches)
-        with set_forward_context(CUDAGraphMode.NONE, attn_metadata=ContiguousAttentionMetadata.prefill(1, 21)):
+        with set_forward_context(
+            CUDAGraphMode.NONE, attn_metadata=ContiguousAttentionMetadata.prefill(1, 21)
+        ):
             expected = model(tokens, torch.arange(21))
         table = [6, 2, 9, 4, 0, 8]
-        paged = allocate_paged_kv_caches(cfg.num_hidden_layers, 10, BLOCK, cfg.num_key_value_heads, cfg.head_dim,
-                                         torch.float32, "cpu")
+        paged = allocate_paged_kv_caches(
+            cfg.num_hidden_layers,
+            10,
+            BLOCK,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+            torch.float32,
+            "cpu",
+        )
         bind_kv_caches(model, PagedAttentionBackend(), paged)
         outs = []
         for a, b in [(0, 13), (13, 14), (14, 20), (20, 21)]:  # prefill, decode, chunk, decode
-            md = PagedAttentionMetadata(torch.tensor(slot_mapping(table, a, b, BLOCK)), torch.tensor([table]),
-                                        torch.tensor([b]), [b - a], [b], uniform_decode=(b - a == 1))
+            md = PagedAttentionMetadata(
+                torch.tensor(slot_mapping(table, a, b, BLOCK)),
+                torch.tensor([table]),
+                torch.tensor([b]),
+                [b - a],
+                [b],
+                uniform_decode=(b - a == 1),
+            )
             with set_forward_context(CUDAGraphMode.NONE, attn_metadata=md):
                 outs.append(model(tokens[a:b], torch.arange(a, b)))
     torch.testing.assert_close(torch.cat(outs), expected, rtol=1e-5, atol=1e-5)
@@ -119,21 +164,33 @@ def test_triton_decode_kernels_match_the_torch_path(dtype, tol, heads, kv_heads)
     assert triton_available(), "Triton is needed on a CUDA machine"
     torch.manual_seed(0)
     dim, block, num_blocks, reqs = 64, 16, 40, 6
-    caches = [allocate_paged_kv_caches(1, num_blocks, block, kv_heads, dim, dtype, "cuda")[0] for _ in range(2)]
+    caches = [
+        allocate_paged_kv_caches(1, num_blocks, block, kv_heads, dim, dtype, "cuda")[0]
+        for _ in range(2)
+    ]
     caches[0].normal_()
     caches[1].copy_(caches[0])
     lens = torch.tensor([1, 17, 64, 100, 3, 0], device="cuda")  # the last row is padding
     tables = torch.randint(0, num_blocks, (reqs, 8), device="cuda")
-    slots = torch.tensor([int(tables[i, (n - 1) // block]) * block + (n - 1) % block if n else -1
-                          for i, n in enumerate(lens.tolist())], device="cuda")
+    slots = torch.tensor(
+        [
+            int(tables[i, (n - 1) // block]) * block + (n - 1) % block if n else -1
+            for i, n in enumerate(lens.tolist())
+        ],
+        device="cuda",
+    )
     q = torch.randn(reqs, heads, dim, device="cuda", dtype=dtype)
     k = torch.randn(reqs, kv_heads, dim, device="cuda", dtype=dtype)
     v = torch.randn(reqs, kv_heads, dim, device="cuda", dtype=dtype)
     md = PagedAttentionMetadata(slots, tables, lens, [1] * reqs, lens.tolist(), uniform_decode=True)
     fast = PagedAttentionBackend(use_triton=True).forward(q, k, v, caches[0], md)
-    mixed = PagedAttentionMetadata(slots, tables, lens, [1] * reqs, lens.tolist(), uniform_decode=False)
+    mixed = PagedAttentionMetadata(
+        slots, tables, lens, [1] * reqs, lens.tolist(), uniform_decode=False
+    )
     caches.append(caches[1].clone())
-    PagedAttentionBackend(use_triton=True).forward(q, k, v, caches[2], mixed)  # the write kernel alone
+    PagedAttentionBackend(use_triton=True).forward(
+        q, k, v, caches[2], mixed
+    )  # the write kernel alone
     slow = PagedAttentionBackend(use_triton=False).forward(q, k, v, caches[1], md)
     torch.testing.assert_close(caches[0], caches[1])  # the same slots written, scratch included
     torch.testing.assert_close(caches[2], caches[1])
@@ -144,7 +201,9 @@ def test_triton_decode_kernels_match_the_torch_path(dtype, tol, heads, kv_heads)
 @pytest.mark.gpu
 @pytest.mark.parametrize("num_splits", [1, 2, 16])
 @pytest.mark.parametrize("heads, kv_heads", [(9, 3), (32, 8)])
-def test_split_decode_matches_the_torch_path_for_every_number_of_slices(num_splits, heads, kv_heads):
+def test_split_decode_matches_the_torch_path_for_every_number_of_slices(
+    num_splits, heads, kv_heads
+):
     """Flash-decoding's slices and merge give the single pass's answer, empty slices included.
 
     Contexts of 1 and 2 tokens leave most of 16 slices empty; 0 is a padded row.
@@ -156,20 +215,30 @@ def test_split_decode_matches_the_torch_path_for_every_number_of_slices(num_spli
     dim, block, num_blocks = 64, 16, 128
     lens = torch.tensor([1, 2, 17, 128, 300, 0], device="cuda")
     reqs = len(lens)
-    caches = [allocate_paged_kv_caches(1, num_blocks, block, kv_heads, dim, torch.bfloat16, "cuda")[0] for _ in range(2)]
+    caches = [
+        allocate_paged_kv_caches(1, num_blocks, block, kv_heads, dim, torch.bfloat16, "cuda")[0]
+        for _ in range(2)
+    ]
     caches[0].normal_()
     caches[1].copy_(caches[0])
     # Each request owns its own 20 blocks, so no request reads a slot another one writes.
     tables = torch.arange(reqs * 20, device="cuda").view(reqs, 20)
-    slots = torch.tensor([int(tables[i, (n - 1) // block]) * block + (n - 1) % block if n else -1
-                          for i, n in enumerate(lens.tolist())], device="cuda")
+    slots = torch.tensor(
+        [
+            int(tables[i, (n - 1) // block]) * block + (n - 1) % block if n else -1
+            for i, n in enumerate(lens.tolist())
+        ],
+        device="cuda",
+    )
     q = torch.randn(reqs, heads, dim, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(reqs, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(reqs, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
     fast = triton_paged_decode(q, k, v, caches[0], tables, lens, slots, None, num_splits=num_splits)
     md = PagedAttentionMetadata(slots, tables, lens, [1] * reqs, lens.tolist(), uniform_decode=True)
     slow = PagedAttentionBackend(use_triton=False).forward(q, k, v, caches[1], md)
-    torch.testing.assert_close(caches[0], caches[1])  # the new keys and values stored once, in their slots
+    torch.testing.assert_close(
+        caches[0], caches[1]
+    )  # the new keys and values stored once, in their slots
     torch.testing.assert_close(fast[:-1].float(), slow[:-1].float(), rtol=2e-2, atol=2e-2)
     assert torch.isfinite(fast).all()
     with pytest.raises(ValueError, match="power of two"):

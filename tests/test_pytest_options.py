@@ -8,22 +8,39 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-GPU_TEST = '''
+GPU_TEST = """
 import pytest
 
 @pytest.mark.gpu
 def test_needs_a_gpu():
     assert True
-'''
+"""
 
 
 def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     test_file = tmp_path / "test_gpu_probe.py"
     test_file.write_text(GPU_TEST)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", str(test_file), "-rs", "-p", "no:cacheprovider",
-         "--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml"), "-p", "conftest", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(test_file),
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(ROOT),
+            "-c",
+            str(ROOT / "pyproject.toml"),
+            "-p",
+            "conftest",
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

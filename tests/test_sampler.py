@@ -33,11 +33,15 @@ def test_seeded_sampling_is_reproducible_and_batch_independent():
     logits = torch.randn(3, 50)
     seeded = SamplingParams(temperature=1.0, seed=1234)
     assert _draw(logits[0], seeded, 20) == _draw(logits[0], seeded, 20)
-    assert _draw(logits[0], seeded, 20) != _draw(logits[0], dataclasses.replace(seeded, seed=99), 20)
+    assert _draw(logits[0], seeded, 20) != _draw(
+        logits[0], dataclasses.replace(seeded, seed=99), 20
+    )
     # A request's draws do not depend on what else shares the batch.
     alone = int(sampler(logits[:1], [seeded], [make_generator(seeded, "cpu")])[0])
     others = [SamplingParams(temperature=0.7, seed=5), SamplingParams(temperature=0.0)]
-    batch = sampler(logits, [seeded, *others], [make_generator(p, "cpu") for p in [seeded, *others]])
+    batch = sampler(
+        logits, [seeded, *others], [make_generator(p, "cpu") for p in [seeded, *others]]
+    )
     assert int(batch[0]) == alone
     assert int(batch[2]) == int(logits[2].argmax())  # the greedy row stays greedy
 
@@ -99,7 +103,9 @@ def test_decode_loop_stops_on_eos_and_max_tokens(tiny):
         stopped = generate(model, prompt, SamplingParams(temperature=0.0, max_tokens=5))
         assert stopped.token_ids == free.token_ids[: free.token_ids.index(eos) + 1]
         assert stopped.finish_reason == "stop"
-        ignoring = generate(model, prompt, SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True))
+        ignoring = generate(
+            model, prompt, SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)
+        )
         assert ignoring.token_ids == free.token_ids
     finally:
         model.config = config
@@ -108,14 +114,19 @@ def test_decode_loop_stops_on_eos_and_max_tokens(tiny):
 def test_lockstep_batch_matches_single_requests_and_context_limit(tiny):
     model, _, config = tiny
     prompts = [[256, 5, 6, 7], [256, 9, 9, 9]]
-    params = [SamplingParams(temperature=0.0, max_tokens=6), SamplingParams(temperature=0.9, seed=7, max_tokens=4)]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=6),
+        SamplingParams(temperature=0.9, seed=7, max_tokens=4),
+    ]
     batch = generate_lockstep(model, prompts, params)
     for prompt, p, result in zip(prompts, params, batch):
         assert generate(model, prompt, p).token_ids == result.token_ids
     assert [r.num_generated for r in batch] == [6, 4]
     # The context limit ends generation ("length") once prompt + output fill max_model_len,
     # as vLLM's stop check does, and refuses prompts that do not fit.
-    limited = generate(model, prompts[0], SamplingParams(temperature=0.0, max_tokens=50), max_model_len=8)
+    limited = generate(
+        model, prompts[0], SamplingParams(temperature=0.0, max_tokens=50), max_model_len=8
+    )
     assert limited.num_generated == 8 - 4 and limited.finish_reason == "length"
     with pytest.raises(UserError, match="limit is 4 tokens"):
         generate(model, prompts[0], SamplingParams(max_tokens=1), max_model_len=4)

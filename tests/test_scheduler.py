@@ -73,9 +73,13 @@ class FakePagedModel:
         return sampled
 
 
-def make(num_blocks=64, block_size=4, *, caching=False, eos=EOS, **config) -> tuple[Scheduler, FakePagedModel]:
+def make(
+    num_blocks=64, block_size=4, *, caching=False, eos=EOS, **config
+) -> tuple[Scheduler, FakePagedModel]:
     bm = BlockManager(num_blocks, block_size, enable_prefix_caching=caching)
-    return Scheduler(SchedulerConfig(**config), bm, eos_token_id=eos), FakePagedModel(num_blocks, block_size)
+    return Scheduler(SchedulerConfig(**config), bm, eos_token_id=eos), FakePagedModel(
+        num_blocks, block_size
+    )
 
 
 def check_output(sched: Scheduler, out: SchedulerOutput, was_running: set[int]) -> None:
@@ -95,11 +99,15 @@ def check_output(sched: Scheduler, out: SchedulerOutput, was_running: set[int]) 
         assert row.num_new_tokens >= 1 and len(row.new_token_ids) == row.num_new_tokens
         assert row.num_computed_tokens == seq.num_computed_tokens
         assert len(row.block_table) == sched.block_manager.blocks_needed(row.context_len)
-        assert row.is_prefill == (row.num_computed_tokens < max(seq.num_prompt_tokens, seq.num_tokens - 1))
+        assert row.is_prefill == (
+            row.num_computed_tokens < max(seq.num_prompt_tokens, seq.num_tokens - 1)
+        )
         assert row.samples_token == (row.context_len == seq.num_tokens)
         if not cfg.enable_chunked_prefill and row.is_prefill:
             assert row.samples_token, "a prompt was chunked although chunked prefill is off"
-    uniform = bool(out.scheduled) and all(r.num_new_tokens == 1 and not r.is_prefill for r in out.scheduled)
+    uniform = bool(out.scheduled) and all(
+        r.num_new_tokens == 1 and not r.is_prefill for r in out.scheduled
+    )
     assert out.is_uniform_decode == uniform
 
 
@@ -125,11 +133,16 @@ def drive(sched: Scheduler, model: FakePagedModel, requests, arrivals=None, max_
 
 def assert_all_done_as_if_alone(sched: Scheduler, requests, finished) -> None:
     bm = sched.block_manager
-    assert sorted(map(id, finished)) == sorted(map(id, requests)), "a request was lost or reported twice"
+    assert sorted(map(id, finished)) == sorted(map(id, requests)), (
+        "a request was lost or reported twice"
+    )
     for seq in requests:
         expected = alone(
-            seq.prompt_token_ids, seq.sampling_params, max_model_len=sched.config.max_model_len,
-            num_blocks=bm.num_blocks, block_size=bm.block_size,
+            seq.prompt_token_ids,
+            seq.sampling_params,
+            max_model_len=sched.config.max_model_len,
+            num_blocks=bm.num_blocks,
+            block_size=bm.block_size,
         )
         assert (list(seq.output_token_ids), seq.finish_reason) == expected, seq
         assert seq.is_finished and seq.block_table == []
@@ -198,7 +211,11 @@ def test_the_output_alone_gives_the_flat_inputs_of_the_forward():
     out = sched.schedule()
     input_ids = [t for r in out.scheduled for t in r.new_token_ids]
     positions = [p for r in out.scheduled for p in r.positions]
-    slots = [s for r in out.scheduled for s in slot_mapping(r.block_table, r.num_computed_tokens, r.context_len, 4)]
+    slots = [
+        s
+        for r in out.scheduled
+        for s in slot_mapping(r.block_table, r.num_computed_tokens, r.context_len, 4)
+    ]
     a_blocks, b_blocks = (r.block_table for r in out.scheduled)
     assert input_ids == [11, 1, 2, 3]
     assert positions == [5, 0, 1, 2]
@@ -232,7 +249,11 @@ def test_chunked_prefill_covers_the_whole_prompt_in_budget_sized_chunks():
     sched, model = make(max_num_batched_tokens=16, max_model_len=128)
     long = req("long", 50, max_tokens=3)
     finished, outputs = drive(sched, model, [long])
-    chunks = [(r.num_computed_tokens, r.num_new_tokens, r.samples_token) for o in outputs for r in o.scheduled][:4]
+    chunks = [
+        (r.num_computed_tokens, r.num_new_tokens, r.samples_token)
+        for o in outputs
+        for r in o.scheduled
+    ][:4]
     assert chunks == [(0, 16, False), (16, 16, False), (32, 16, False), (48, 2, True)]
     assert all(o.scheduled[0].is_prefill for o in outputs[:4])
     assert_all_done_as_if_alone(sched, [long], finished)
@@ -271,7 +292,9 @@ def test_config_refuses_limits_that_could_deadlock():
 
 
 def test_preemption_under_a_small_cache_keeps_every_output_exact():
-    sched, model = make(num_blocks=10, block_size=4, max_num_seqs=4, max_num_batched_tokens=32, max_model_len=64)
+    sched, model = make(
+        num_blocks=10, block_size=4, max_num_seqs=4, max_num_batched_tokens=32, max_model_len=64
+    )
     requests = [req(i, 6 + i, max_tokens=14, offset=i) for i in range(6)]
     finished, outputs = drive(sched, model, requests)
     assert sched.num_preemptions > 0
@@ -282,7 +305,9 @@ def test_preemption_under_a_small_cache_keeps_every_output_exact():
 
 def test_victim_is_the_latest_admitted_and_recomputes_prompt_plus_generated():
     # 4 blocks of 4 tokens. a and b take 2 blocks each; a's 9th token needs a third.
-    sched, model = make(num_blocks=4, block_size=4, max_num_seqs=4, max_num_batched_tokens=32, max_model_len=64)
+    sched, model = make(
+        num_blocks=4, block_size=4, max_num_seqs=4, max_num_batched_tokens=32, max_model_len=64
+    )
     a, b = req("a", 6, max_tokens=6), req("b", 5, max_tokens=6)
     sched.add_request(a)
     sched.add_request(b)
@@ -308,12 +333,19 @@ def test_victim_is_the_latest_admitted_and_recomputes_prompt_plus_generated():
 
 
 def test_preempted_request_goes_back_to_the_front_of_the_waiting_queue():
-    sched, model = make(num_blocks=4, block_size=4, max_num_seqs=2, max_num_batched_tokens=32, max_model_len=64)
+    sched, model = make(
+        num_blocks=4, block_size=4, max_num_seqs=2, max_num_batched_tokens=32, max_model_len=64
+    )
     requests = [req("a", 6, max_tokens=6), req("b", 5, max_tokens=6), req("c", 3, max_tokens=2)]
     finished, outputs = drive(sched, model, requests)
     first_preempt = next(i for i, o in enumerate(outputs) if o.preempted_ids)
     # c waited since the start, yet b (preempted) is admitted again before it.
-    admitted_after = [r.seq_id for o in outputs[first_preempt + 1:] for r in o.scheduled if r.num_computed_tokens == 0]
+    admitted_after = [
+        r.seq_id
+        for o in outputs[first_preempt + 1 :]
+        for r in o.scheduled
+        if r.num_computed_tokens == 0
+    ]
     assert admitted_after == ["b", "c"]
     assert_all_done_as_if_alone(sched, requests, finished)
 
@@ -322,7 +354,12 @@ def test_no_request_is_admitted_in_a_step_that_preempted():
     # With prefix caching the request just preempted could come straight back from its
     # still-cached blocks; the scheduler waits a step instead (check_output asserts it).
     sched, model = make(
-        num_blocks=7, block_size=2, caching=True, max_num_seqs=4, max_num_batched_tokens=7, max_model_len=64
+        num_blocks=7,
+        block_size=2,
+        caching=True,
+        max_num_seqs=4,
+        max_num_batched_tokens=7,
+        max_model_len=64,
     )
     requests = [req(0, 5, max_tokens=4), req(1, 5, max_tokens=5), req(2, 2, max_tokens=6)]
     finished, outputs = drive(sched, model, requests)
@@ -408,7 +445,9 @@ def test_max_model_len_caps_prompt_plus_output():
 
 
 def test_prefix_cached_blocks_are_skipped_and_outputs_do_not_change():
-    sched, model = make(num_blocks=32, block_size=4, caching=True, max_num_batched_tokens=32, max_model_len=64)
+    sched, model = make(
+        num_blocks=32, block_size=4, caching=True, max_num_batched_tokens=32, max_model_len=64
+    )
     shared = [(3 * i + 1) % VOCAB for i in range(10)]
     first = Sequence("first", shared + [2], SamplingParams(max_tokens=4, ignore_eos=True))
     second = Sequence("second", shared + [5, 6], SamplingParams(max_tokens=4, ignore_eos=True))
@@ -463,7 +502,9 @@ def test_a_live_request_id_cannot_be_reused_and_a_sequence_not_added_twice():
 
 requests_strategy = st.lists(
     st.tuples(
-        st.lists(st.integers(1, 3), min_size=1, max_size=14),  # prompt (small alphabet: shared prefixes)
+        st.lists(
+            st.integers(1, 3), min_size=1, max_size=14
+        ),  # prompt (small alphabet: shared prefixes)
         st.integers(1, 12),  # max_tokens
         st.booleans(),  # ignore_eos
         st.integers(0, 6),  # arrival step
@@ -492,11 +533,17 @@ def test_any_workload_finishes_every_request_exactly_as_if_alone(
     if not chunked:
         budget = max(budget, max_model_len)
     sched, model = make(
-        num_blocks, block_size, caching=caching, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=budget, max_model_len=max_model_len, enable_chunked_prefill=chunked,
+        num_blocks,
+        block_size,
+        caching=caching,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=budget,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=chunked,
     )
     requests = [
-        Sequence(i, prompt, SamplingParams(max_tokens=m, ignore_eos=ig)) for i, (prompt, m, ig, _) in enumerate(specs)
+        Sequence(i, prompt, SamplingParams(max_tokens=m, ignore_eos=ig))
+        for i, (prompt, m, ig, _) in enumerate(specs)
     ]
     finished, _ = drive(sched, model, requests, arrivals=[a for *_, a in specs])
     assert_all_done_as_if_alone(sched, requests, finished)

@@ -20,7 +20,9 @@ SCRIPTS = sorted(p for p in (ROOT / "scripts").rglob("*") if p.suffix in (".py",
 # Helpers the scripts import; they are not run on their own.
 KITS = {"figurekit.py", "gpukit.py"}
 RUNNABLE_PY = [p for p in SCRIPTS if p.suffix == ".py" and p.name not in KITS]
-GPU_MEASURES = [p for p in RUNNABLE_PY if p.parent.name == "gpu" and p.name != "run_notebook_cells.py"]
+GPU_MEASURES = [
+    p for p in RUNNABLE_PY if p.parent.name == "gpu" and p.name != "run_notebook_cells.py"
+]
 
 
 def _rel(path: Path) -> str:
@@ -39,13 +41,20 @@ def test_the_header_says_how_to_run_it(script):
     header = _header(script)
     assert header, f"{_rel(script)} has no docstring or header comment"
     if script.name not in KITS:
-        assert _rel(script) in header, f"{_rel(script)}'s header does not show the command that runs it"
+        assert _rel(script) in header, (
+            f"{_rel(script)}'s header does not show the command that runs it"
+        )
 
 
 @pytest.mark.parametrize("script", RUNNABLE_PY, ids=_rel)
 def test_help_runs(script):
-    proc = subprocess.run([sys.executable, str(script), "--help"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(script), "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "usage:" in proc.stdout
 
@@ -56,8 +65,13 @@ def test_a_gpu_script_without_cuda_says_so(script, tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("CUDA is here: scripts/gpu/suite.sh runs this script for real")
-    proc = subprocess.run([sys.executable, str(script), "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(script), "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "needs an NVIDIA GPU with CUDA" in proc.stderr, proc.stderr
     assert not list(tmp_path.iterdir()), "it wrote a report although it measured nothing"
 
@@ -70,15 +84,25 @@ def test_the_gpu_suite_is_valid_shell():
 def test_no_script_reaches_into_mini_vllms_private_names(script):
     tree = ast.parse(script.read_text(encoding="utf-8"))
     private = []
-    modules = set()  # names bound to mini_vllm modules (import mini_vllm.x as y / from mini_vllm.x import module)
+    modules = (
+        set()
+    )  # names bound to mini_vllm modules (import mini_vllm.x as y / from mini_vllm.x import module)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mini_vllm"):
             private += [alias.name for alias in node.names if alias.name.startswith("_")]
             modules.update(alias.asname or alias.name for alias in node.names)
         elif isinstance(node, ast.Import):
-            modules.update(alias.asname or alias.name for alias in node.names if alias.name.startswith("mini_vllm"))
+            modules.update(
+                alias.asname or alias.name
+                for alias in node.names
+                if alias.name.startswith("mini_vllm")
+            )
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
             if isinstance(node.value, ast.Name) and node.value.id in modules:
                 private.append(f"{node.value.id}.{node.attr}")
     assert not private, f"{_rel(script)} uses private names of mini_vllm: {private}"
@@ -87,4 +111,6 @@ def test_no_script_reaches_into_mini_vllms_private_names(script):
 def test_scripts_are_only_setup_figures_and_gpu_measurements():
     top = sorted(p.name for p in (ROOT / "scripts").iterdir())
     assert top == ["bootstrap.py", "figures", "gpu"], top
-    assert not [p for p in SCRIPTS if re.search(r"final|_ab\b|variants", p.stem)], "a run log crept back in"
+    assert not [p for p in SCRIPTS if re.search(r"final|_ab\b|variants", p.stem)], (
+        "a run log crept back in"
+    )

@@ -65,7 +65,8 @@ def test_error_message_goes_with_error_reason_only():
 
 
 @pytest.mark.parametrize(
-    "prompt, error", [([], ValueError), ([1, -2], ValueError), ([1.5], TypeError), ([True], TypeError)]
+    "prompt, error",
+    [([], ValueError), ([1, -2], ValueError), ([1.5], TypeError), ([True], TypeError)],
 )
 def test_bad_prompts_are_refused(prompt, error):
     with pytest.raises(error):

@@ -34,7 +34,9 @@ def simulate(capsys, *args: str) -> tuple[int, str, str]:
 def test_simulate_prints_one_row_per_batch_size_with_the_model_numbers(capsys):
     code, out, _ = simulate(capsys, "--preset", "h100-llama3.1-8b", "--batch-sizes", "4,1,16,4")
     assert code == 0
-    table = out.split(" batch ", 1)[1].split("crossover:")[0]  # between the header and the crossover line
+    table = out.split(" batch ", 1)[1].split("crossover:")[
+        0
+    ]  # between the header and the crossover line
     rows = [line.split() for line in table.splitlines()[1:] if line.strip()]
     assert [int(row[0]) for row in rows] == [1, 4, 16]  # sorted, de-duplicated
     for row in rows:
@@ -42,7 +44,10 @@ def test_simulate_prints_one_row_per_batch_size_with_the_model_numbers(capsys):
         assert float(row[1]) == pytest.approx(expected.eager_us / 1e3, abs=0.01)
         assert float(row[2]) == pytest.approx(expected.graph_us / 1e3, abs=0.01)
         assert row[3] == f"{expected.speedup:.2f}x"
-        assert (row[4], row[6]) == (str(len(launch_overhead.PRESETS["h100-llama3.1-8b"].kernels)), "1")
+        assert (row[4], row[6]) == (
+            str(len(launch_overhead.PRESETS["h100-llama3.1-8b"].kernels)),
+            "1",
+        )
     assert "8.40 -> 5.10 ms (1.65x)" in out  # the table row the preset was fitted to
 
 
@@ -50,7 +55,9 @@ def test_simulate_reports_the_crossover_batch(capsys):
     _, out, _ = simulate(capsys, "--preset", "h100-llama3.1-8b", "--batch-sizes", "1")
     crossover = launch_overhead.crossover_batch("h100-llama3.1-8b")
     assert f"graphs stop paying at batch {crossover} " in out
-    _, out, _ = simulate(capsys, "--preset", "h100-llama3.1-8b", "--batch-sizes", "1", "--threshold", "1.2")
+    _, out, _ = simulate(
+        capsys, "--preset", "h100-llama3.1-8b", "--batch-sizes", "1", "--threshold", "1.2"
+    )
     assert f"at batch {launch_overhead.crossover_batch('h100-llama3.1-8b', threshold=1.2)} " in out
 
 
@@ -87,15 +94,30 @@ def test_simulate_threshold_must_be_a_speedup(capsys):
 
 
 def test_simulate_command_module_imports_nothing_heavy():
-    probe = "import sys, mini_vllm.cli.simulate; print(sorted({'numpy', 'torch'} & set(sys.modules)))"
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
+    probe = (
+        "import sys, mini_vllm.cli.simulate; print(sorted({'numpy', 'torch'} & set(sys.modules)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True
+    )
     assert result.stdout.strip() == "[]"
 
 
 def test_simulate_runs_as_a_module():
     result = subprocess.run(
-        [sys.executable, "-m", "mini_vllm", "simulate", "--preset", "h100-smollm2-135m", "--batch-sizes", "1"],
-        capture_output=True, text=True, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "mini_vllm",
+            "simulate",
+            "--preset",
+            "h100-smollm2-135m",
+            "--batch-sizes",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr
     assert "1394 / 1" in result.stdout
@@ -157,7 +179,9 @@ def test_piecewise_runner_falls_back_to_eager_per_piece_after_the_window_closes(
     runner(np.ones((2, 8), np.float32))
     runner.close_capture_window()
     x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
-    np.testing.assert_allclose(runner(x), cudagraph.run_eager(ops, cudagraph.SimDevice(), x), rtol=1e-6)
+    np.testing.assert_allclose(
+        runner(x), cudagraph.run_eager(ops, cudagraph.SimDevice(), x), rtol=1e-6
+    )
 
 
 def test_a_model_needs_ops():
@@ -196,13 +220,22 @@ def _raises_todo(dump: str) -> bool:
 )
 def test_starter_given_code_matches_the_reference(starter, reference):
     mine, ref = _definitions(ROOT / starter), _definitions(ROOT / reference)
-    stale = [name for name, dump in mine.items() if not _raises_todo(dump) and name in ref and ref[name] != dump]
+    stale = [
+        name
+        for name, dump in mine.items()
+        if not _raises_todo(dump) and name in ref and ref[name] != dump
+    ]
     assert not stale, f"{starter} has given code that differs from {reference}: {stale}"
     assert any(_raises_todo(dump) for dump in mine.values())
 
 
 def test_refit_matches_the_eager_step_and_prices_graph_nodes_from_the_eager_profile():
-    from mini_vllm.teaching.launch_overhead import GRAPH_NODE_GAP_US, kernel_gpu_us, refit_preset, simulate_step
+    from mini_vllm.teaching.launch_overhead import (
+        GRAPH_NODE_GAP_US,
+        kernel_gpu_us,
+        refit_preset,
+        simulate_step,
+    )
 
     refit = refit_preset("h100-smollm2-135m", eager_ms=15.0, num_kernels=484)
     assert abs(len(refit.kernels) - 484) <= refit.shape["layers"]
@@ -214,8 +247,12 @@ def test_refit_matches_the_eager_step_and_prices_graph_nodes_from_the_eager_prof
     bare = refit_preset("h100-smollm2-135m", eager_ms=15.0, num_kernels=484, kernel_gpu_ms=work_ms)
     assert bare.hardware.node_us == pytest.approx(GRAPH_NODE_GAP_US)
     # Slower kernels make every node dearer by their mean excess, and the graph step longer.
-    slow = refit_preset("h100-smollm2-135m", eager_ms=15.0, num_kernels=484,
-                        kernel_gpu_ms=work_ms + len(refit.kernels) * 3e-3)
+    slow = refit_preset(
+        "h100-smollm2-135m",
+        eager_ms=15.0,
+        num_kernels=484,
+        kernel_gpu_ms=work_ms + len(refit.kernels) * 3e-3,
+    )
     assert slow.hardware.node_us == pytest.approx(GRAPH_NODE_GAP_US + 3.0)
     assert simulate_step(slow, 1).graph_us > simulate_step(bare, 1).graph_us
     assert simulate_step(slow, 1).eager_us / 1000 == pytest.approx(15.0, rel=1e-6)

@@ -15,8 +15,18 @@ from mini_vllm.layers.linear import ReplicatedLinear
 pytestmark = pytest.mark.gpu
 
 # SmolLM2 and Llama-3.2-1B shapes (out, in), an LM head, and sizes off every tile.
-SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536), (3072, 2048), (16384, 2048), (2048, 8192),
-          (49152, 576), (1000, 333), (7, 100)]
+SHAPES = [
+    (960, 576),
+    (576, 576),
+    (3072, 576),
+    (576, 1536),
+    (3072, 2048),
+    (16384, 2048),
+    (2048, 8192),
+    (49152, 576),
+    (1000, 333),
+    (7, 100),
+]
 
 
 @pytest.mark.parametrize("out_features, in_features", SHAPES)
@@ -25,16 +35,18 @@ def test_gemv_matches_a_float32_product(out_features, in_features):
 
     gen = torch.Generator(device="cuda").manual_seed(out_features)
     x = torch.randn(1, in_features, device="cuda", generator=gen).bfloat16()
-    w = (torch.randn(out_features, in_features, device="cuda", generator=gen) / in_features ** 0.5).bfloat16()
-    expected = (x.float() @ w.float().t())
+    w = (
+        torch.randn(out_features, in_features, device="cuda", generator=gen) / in_features**0.5
+    ).bfloat16()
+    expected = x.float() @ w.float().t()
     got = triton_gemv(x, w)
     assert got.shape == (1, out_features) and got.dtype == torch.bfloat16
-    torch.testing.assert_close(got.float(), expected, rtol=2 ** -7, atol=1e-3)
+    torch.testing.assert_close(got.float(), expected, rtol=2**-7, atol=1e-3)
     # A linear layer takes it for one row, and F.linear (cuBLAS) for more.
     layer = _layer(w)
     torch.testing.assert_close(layer(x).float(), got.float(), rtol=0, atol=0)
     x4 = x.repeat(4, 1)
-    torch.testing.assert_close(layer(x4).float(), expected.repeat(4, 1), rtol=2 ** -7, atol=1e-3)
+    torch.testing.assert_close(layer(x4).float(), expected.repeat(4, 1), rtol=2**-7, atol=1e-3)
 
 
 def _layer(weight: torch.Tensor) -> ReplicatedLinear:
@@ -53,7 +65,7 @@ def test_linear_op_under_torch_compile_picks_at_run_time():
     compiled = torch.compile(f, dynamic=True, fullgraph=True)
     for rows in (1, 2, 5):
         x = torch.randn(rows, 576, device="cuda").bfloat16()
-        torch.testing.assert_close(compiled(x).float(), f(x).float(), rtol=2 ** -7, atol=1e-2)
+        torch.testing.assert_close(compiled(x).float(), f(x).float(), rtol=2**-7, atol=1e-2)
 
 
 def test_second_launch_reuses_the_compiled_kernel_and_respects_alignment():
@@ -62,7 +74,7 @@ def test_second_launch_reuses_the_compiled_kernel_and_respects_alignment():
     from mini_vllm.layers import triton_gemv as gemv
 
     gen = torch.Generator(device="cuda").manual_seed(5)
-    w = (torch.randn(1000, 333, device="cuda", generator=gen) / 333 ** 0.5).bfloat16()
+    w = (torch.randn(1000, 333, device="cuda", generator=gen) / 333**0.5).bfloat16()
     buffer = torch.randn(1, 334 + 8, device="cuda", generator=gen).bfloat16()
     aligned, misaligned = buffer[:, :333], buffer[:, 1:334]  # the second starts 2 bytes in
     assert aligned.data_ptr() % 16 == 0 and misaligned.data_ptr() % 16 != 0
@@ -74,5 +86,5 @@ def test_second_launch_reuses_the_compiled_kernel_and_respects_alignment():
         second = gemv.triton_gemv(x, w)  # through the kept kernel
         assert len(gemv._compiled_launches) == kept
         torch.testing.assert_close(second, first, rtol=0, atol=0)
-        torch.testing.assert_close(second.float(), expected, rtol=2 ** -7, atol=1e-3)
+        torch.testing.assert_close(second.float(), expected, rtol=2**-7, atol=1e-3)
     assert len(gemv._compiled_launches) == 2  # one kernel per alignment

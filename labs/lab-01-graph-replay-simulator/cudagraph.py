@@ -146,7 +146,9 @@ class SimDevice:
     `trace` lists every launch in order: ("kernel", op name) or ("graph", node count).
     """
 
-    def __init__(self, launch_us: float = 5.0, graph_launch_us: float = 5.0, node_us: float = 1.5) -> None:
+    def __init__(
+        self, launch_us: float = 5.0, graph_launch_us: float = 5.0, node_us: float = 1.5
+    ) -> None:
         self.launch_us = launch_us  # host time to issue one eager kernel
         self.graph_launch_us = graph_launch_us  # host time to launch one graph
         self.node_us = node_us  # GPU time a graph node costs beyond its kernel
@@ -223,7 +225,9 @@ class SimDevice:
         raise NotImplementedError("TODO: one launch, then re-run each node into its static output")
 
 
-def _forward(ops: Sequence[ModelOp], device: SimDevice, x: np.ndarray, host_input: np.ndarray) -> np.ndarray:
+def _forward(
+    ops: Sequence[ModelOp], device: SimDevice, x: np.ndarray, host_input: np.ndarray
+) -> np.ndarray:
     """The model's Python code: resolve branches on the host, launch each kernel in turn."""
     for op in ops:
         kernel = op.pick(host_input) if isinstance(op, Branch) else op
@@ -319,7 +323,9 @@ class GraphRunner:
         shapes (never capture silently). Then copy `x` into the entry's static input and
         return the entry's replay (the static output).
         """
-        raise NotImplementedError("TODO: look up the graph by shape, capture on first sight, copy, replay")
+        raise NotImplementedError(
+            "TODO: look up the graph by shape, capture on first sight, copy, replay"
+        )
 
 
 @dataclass(frozen=True)
@@ -338,7 +344,9 @@ def split_ops(
     ops: Sequence[ModelOp], is_splitting_op: Callable[[ModelOp], bool] = _not_capturable
 ) -> list[Piece]:
     """Lab 03 (labs/lab-03-cudagraph-mode/piecewise.py)."""
-    raise NotImplementedError("TODO (lab 03): split_ops lives in labs/lab-03-cudagraph-mode/piecewise.py")
+    raise NotImplementedError(
+        "TODO (lab 03): split_ops lives in labs/lab-03-cudagraph-mode/piecewise.py"
+    )
 
 
 class PiecewiseGraphRunner:
@@ -353,7 +361,9 @@ class PiecewiseGraphRunner:
         dtype: "np.dtype | type | str | None" = np.float32,
         fallback_to_eager: bool = False,
     ) -> None:
-        raise NotImplementedError("TODO (lab 03): PiecewiseGraphRunner lives in labs/lab-03-cudagraph-mode/piecewise.py")
+        raise NotImplementedError(
+            "TODO (lab 03): PiecewiseGraphRunner lives in labs/lab-03-cudagraph-mode/piecewise.py"
+        )
 
 
 def toy_model(
@@ -382,7 +392,9 @@ def toy_model(
 
     for i in range(num_layers):
         w_up = (rng.standard_normal((hidden, 2 * hidden)) / np.sqrt(hidden)).astype(np.float32)
-        w_down = (rng.standard_normal((2 * hidden, hidden)) / np.sqrt(2 * hidden)).astype(np.float32)
+        w_down = (rng.standard_normal((2 * hidden, hidden)) / np.sqrt(2 * hidden)).astype(
+            np.float32
+        )
         ops.append(Op(f"rmsnorm_{i}", rmsnorm, gpu_us=2.0))
         if attention:
             ops.append(Op(f"attention_{i}", self_attention, gpu_us=8.0, capturable=False))

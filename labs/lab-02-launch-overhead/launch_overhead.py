@@ -94,7 +94,9 @@ def eager_timeline(kernels: Sequence[Kernel], batch: int, hw: Hardware) -> list[
     the end of that launch, and is busy for kernel_gpu_us(...) + hw.eager_gap_us,
     giving Span(GPU, kernel.name, start, end).
     """
-    raise NotImplementedError("TODO: two clocks; a kernel starts when the GPU is free AND its launch is issued")
+    raise NotImplementedError(
+        "TODO: two clocks; a kernel starts when the GPU is free AND its launch is issued"
+    )
 
 
 def graph_timeline(kernels: Sequence[Kernel], batch: int, hw: Hardware) -> list[Span]:
@@ -117,7 +119,9 @@ def simulate_step(preset: "Preset | str", batch: int) -> StepResult:
     preset = _as_preset(preset)
     eager = eager_timeline(preset.kernels, batch, preset.hardware)
     graph = graph_timeline(preset.kernels, batch, preset.hardware)
-    return StepResult(batch, step_time_us(eager), step_time_us(graph), _launches(eager), _launches(graph))
+    return StepResult(
+        batch, step_time_us(eager), step_time_us(graph), _launches(eager), _launches(graph)
+    )
 
 
 def sweep(preset: "Preset | str", batch_sizes: Iterable[int]) -> list[StepResult]:
@@ -139,7 +143,9 @@ def crossover_batch(
     raise NotImplementedError("TODO: bisect for the first batch size whose speedup < threshold")
 
 
-def render_ascii(preset: "Preset | str", batch: int = 1, num_kernels: int = 8, width: int = 72) -> str:
+def render_ascii(
+    preset: "Preset | str", batch: int = 1, num_kernels: int = 8, width: int = 72
+) -> str:
     """The two lanes of the first `num_kernels` kernels, eager above graph, on one time scale.
 
     Digits name kernels (kernel i is drawn with i mod 10), '=' the graph launch, '.' idle.
@@ -166,7 +172,7 @@ def render_ascii(preset: "Preset | str", batch: int = 1, num_kernels: int = 8, w
                 kernel_index += 1
             first = int(span.start_us * scale)
             last = max(first + 1, int(span.end_us * scale))  # every bar at least one column
-            row[first:min(last, width)] = mark * (min(last, width) - first)
+            row[first : min(last, width)] = mark * (min(last, width) - first)
         return "".join(row)
 
     lines = [f"{preset.name}, batch {batch}, first {len(kernels)} kernels, 0 .. {end:.1f} us"]

@@ -60,7 +60,9 @@ class CUDAGraphMode(enum.Enum):
             return name
         key = str(name).strip().upper().replace("-", "_")
         if key not in cls.__members__:
-            raise ValueError(f"unknown CUDAGraphMode {name!r}; choose one of: {', '.join(cls.__members__)}")
+            raise ValueError(
+                f"unknown CUDAGraphMode {name!r}; choose one of: {', '.join(cls.__members__)}"
+            )
         return cls.__members__[key]
 
 

@@ -82,7 +82,9 @@ def split_ops(
     with a splitting op, or have two in a row). So k splitting ops give at most k + 1
     captured pieces, and the pieces' ops, concatenated, are `ops` in order.
     """
-    raise NotImplementedError("TODO: walk the ops; a splitting op is a piece of its own; no empty piece")
+    raise NotImplementedError(
+        "TODO: walk the ops; a splitting op is a piece of its own; no empty piece"
+    )
 
 
 class PiecewiseGraphRunner:
@@ -130,4 +132,6 @@ class PiecewiseGraphRunner:
         captures on first sight of a shape and replays after), a splitting op runs
         eagerly (`run_eager`) on every call.
         """
-        raise NotImplementedError("TODO: replay captured pieces, run splitting ops eagerly between them")
+        raise NotImplementedError(
+            "TODO: replay captured pieces, run splitting ops eagerly between them"
+        )

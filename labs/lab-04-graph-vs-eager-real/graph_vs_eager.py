@@ -65,8 +65,12 @@ def load_recorded(path: str | Path = RECORDED) -> tuple[dict, list[ITLRow]]:
     return data["meta"], [ITLRow(**row) for row in data["rows"]]
 
 
-def measure_itl(model_name: str = "smollm2-135m", device: str = "cuda", batch_sizes=(1, 2, 4, 8, 16, 32, 64),
-                steps: int = 20) -> list[ITLRow]:
+def measure_itl(
+    model_name: str = "smollm2-135m",
+    device: str = "cuda",
+    batch_sizes=(1, 2, 4, 8, 16, 32, 64),
+    steps: int = 20,
+) -> list[ITLRow]:
     """Given: median ITL per batch size in both modes, timed with YOUR time_decode_steps."""
     from mini_vllm.bench.itl import decoding_engine
     from mini_vllm.models.loader import load_model
@@ -76,8 +80,12 @@ def measure_itl(model_name: str = "smollm2-135m", device: str = "cuda", batch_si
     for batch in batch_sizes:
         medians = {}
         for graphs in (False, True):
-            engine = decoding_engine(model, batch, 128, steps + 5, "full_and_piecewise" if graphs else "eager")
-            medians[graphs] = statistics.median(time_decode_steps(engine, steps=steps, warmup=3)) * 1000
+            engine = decoding_engine(
+                model, batch, 128, steps + 5, "full_and_piecewise" if graphs else "eager"
+            )
+            medians[graphs] = (
+                statistics.median(time_decode_steps(engine, steps=steps, warmup=3)) * 1000
+            )
         rows.append(ITLRow(batch, medians[False], medians[True]))
     return rows
 

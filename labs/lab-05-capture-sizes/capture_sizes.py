@@ -62,7 +62,9 @@ def padding_waste(
     batch_sizes: "Mapping[int, int] | Iterable[int]", capture_sizes: list[int]
 ) -> PaddingReport:
     """Run a trace of batch sizes (a list, or {size: count}) against a ladder."""
-    histogram = Counter(dict(batch_sizes)) if isinstance(batch_sizes, Mapping) else Counter(batch_sizes)
+    histogram = (
+        Counter(dict(batch_sizes)) if isinstance(batch_sizes, Mapping) else Counter(batch_sizes)
+    )
     raise NotImplementedError("TODO: sum real tokens, padding and hits over the histogram")
 
 

@@ -64,7 +64,9 @@ class BlockManager:
     - a table holds exactly ceil(covered tokens / block_size) blocks (lazy allocation).
     """
 
-    def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = False) -> None:
+    def __init__(
+        self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = False
+    ) -> None:
         """Given: the state you work with."""
         for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -110,7 +112,9 @@ class BlockManager:
         if _cached maps that hash to this block, from _cached too."""
         raise NotImplementedError("TODO: popitem(last=False) on the free pool")
 
-    def can_allocate(self, seq: "Sequence", num_new_tokens: int, num_cached_tokens: int = 0) -> bool:
+    def can_allocate(
+        self, seq: "Sequence", num_new_tokens: int, num_cached_tokens: int = 0
+    ) -> bool:
         """Whether allocate(seq, num_new_tokens, num_cached_tokens) would succeed."""
         raise NotImplementedError("TODO: count the blocks allocate() would need from the free pool")
 
@@ -125,7 +129,9 @@ class BlockManager:
         A sequence that already has blocks, or a num_cached_tokens that is not cached,
         is a ValueError. (The caller sets seq.num_computed_tokens afterwards.)
         """
-        raise NotImplementedError("TODO: shared blocks get ref count + 1, then fresh blocks from the pool")
+        raise NotImplementedError(
+            "TODO: shared blocks get ref count + 1, then fresh blocks from the pool"
+        )
 
     def can_append(self, seq: "Sequence", num_new_tokens: int = 1) -> bool:
         """Whether append_slots(seq, num_new_tokens) would succeed."""
@@ -137,7 +143,9 @@ class BlockManager:
         block only when its token is the first of a new block; a prefill chunk may
         take several. Computing past seq.num_tokens is a ValueError; a short pool is
         OutOfBlocksError with nothing changed."""
-        raise NotImplementedError("TODO: blocks_needed(num_computed + new) - len(table) more blocks")
+        raise NotImplementedError(
+            "TODO: blocks_needed(num_computed + new) - len(table) more blocks"
+        )
 
     def free(self, seq: "Sequence") -> None:
         """Return a finished or preempted sequence's blocks: ref count - 1 each, and a
@@ -153,7 +161,9 @@ class BlockManager:
         hash its full blocks in order (hash_block_tokens, chained) and stop at the first
         key not in _cached. Always a multiple of block_size and < seq.num_tokens (at least
         one token must be computed: its logits give the next token). 0 without prefix caching."""
-        raise NotImplementedError("TODO: walk the full blocks, at most (num_tokens - 1) // block_size")
+        raise NotImplementedError(
+            "TODO: walk the full blocks, at most (num_tokens - 1) // block_size"
+        )
 
     def cache_full_blocks(self, seq: "Sequence") -> None:
         """Register the blocks the sequence has completely computed (num_computed_tokens

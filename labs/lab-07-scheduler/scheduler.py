@@ -71,7 +71,9 @@ class Scheduler:
         if seq.status is not SequenceStatus.WAITING or seq.num_computed_tokens or seq.block_table:
             raise ValueError(f"request {seq.seq_id!r} is not new ({seq!r}); add each Sequence once")
         if seq.seq_id in self._live_ids:
-            raise ValueError(f"request id {seq.seq_id!r} is already in use by an unfinished request")
+            raise ValueError(
+                f"request id {seq.seq_id!r} is already in use by an unfinished request"
+            )
         seq.arrival = self._arrivals
         self._arrivals += 1
         why = self._why_never_runs(seq)

@@ -61,8 +61,12 @@ class GenerationResult:
 # -- step 1 ---------------------------------------------------------------------------
 
 
-def check_stop(token_id: int, num_generated: int, params: SamplingParams,
-               eos_token_ids: Sequence[int] | frozenset[int]) -> str | None:
+def check_stop(
+    token_id: int,
+    num_generated: int,
+    params: SamplingParams,
+    eos_token_ids: Sequence[int] | frozenset[int],
+) -> str | None:
     """The finish reason after appending `token_id`, the `num_generated`-th new token.
 
     "stop" if it is one of `eos_token_ids` (unless `params.ignore_eos`); otherwise
@@ -75,7 +79,9 @@ def check_stop(token_id: int, num_generated: int, params: SamplingParams,
 # -- step 2 ---------------------------------------------------------------------------
 
 
-def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+def apply_top_k_top_p(
+    logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
+) -> torch.Tensor:
     """Set to -inf every logit outside each row's top-k set, then outside its top-p set.
 
     logits `[B, vocab]`; top_k `[B]` ints (<= 0 or >= vocab: no cut); top_p `[B]`
@@ -83,15 +89,21 @@ def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     probability reaches p, computed on the distribution left after the top-k cut;
     the most likely token always stays. Kept logits keep their values and places.
     """
-    raise NotImplementedError("TODO: sort each row, mask by rank (k), then by mass before each token (p), "
-                              "scatter back")
+    raise NotImplementedError(
+        "TODO: sort each row, mask by rank (k), then by mass before each token (p), scatter back"
+    )
 
 
 # -- step 3 ---------------------------------------------------------------------------
 
 
-def run_model_step(model, input_ids: torch.Tensor, positions: torch.Tensor,
-                   metadata: ContiguousAttentionMetadata, sample_rows: torch.Tensor | None = None) -> torch.Tensor:
+def run_model_step(
+    model,
+    input_ids: torch.Tensor,
+    positions: torch.Tensor,
+    metadata: ContiguousAttentionMetadata,
+    sample_rows: torch.Tensor | None = None,
+) -> torch.Tensor:
     """One forward with `metadata` in the forward context; logits of `sample_rows` only.
 
     `model(input_ids, positions)` returns hidden states `[T, hidden]` (no logits);
@@ -100,7 +112,9 @@ def run_model_step(model, input_ids: torch.Tensor, positions: torch.Tensor,
     attn_metadata=metadata)`. With `sample_rows` (a tensor of row indices) only those
     rows go through the LM head; None means every row.
     """
-    raise NotImplementedError("TODO: forward under the context, select the rows, then compute_logits")
+    raise NotImplementedError(
+        "TODO: forward under the context, select the rows, then compute_logits"
+    )
 
 
 # -- step 4 ---------------------------------------------------------------------------
@@ -159,5 +173,15 @@ def generate(
 
 
 # Silence "imported but unused" until you use them.
-_GIVEN = (time, torch, ContiguousAttentionBackend, allocate_contiguous_kv_caches, CUDAGraphMode,
-          set_forward_context, bind_kv_caches, Sampler, make_generator, IncrementalDetokenizer)
+_GIVEN = (
+    time,
+    torch,
+    ContiguousAttentionBackend,
+    allocate_contiguous_kv_caches,
+    CUDAGraphMode,
+    set_forward_context,
+    bind_kv_caches,
+    Sampler,
+    make_generator,
+    IncrementalDetokenizer,
+)

@@ -20,7 +20,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from mini_vllm.attention.backend import AttentionBackend
-from mini_vllm.attention.contiguous import ContiguousAttentionMetadata, allocate_contiguous_kv_caches  # given
+from mini_vllm.attention.contiguous import (
+    ContiguousAttentionMetadata,
+    allocate_contiguous_kv_caches,
+)  # given
 from mini_vllm.config.compilation import AttentionCGSupport
 
 # -- RMSNorm --------------------------------------------------------------------------
@@ -42,13 +45,17 @@ class RMSNorm(nn.Module):
         is the new residual stream. Compute the statistics in float32 and return the
         input's dtype.
         """
-        raise NotImplementedError("TODO: (add the residual), mean of squares in float32, rsqrt, times weight")
+        raise NotImplementedError(
+            "TODO: (add the residual), mean of squares in float32, rsqrt, times weight"
+        )
 
 
 # -- RoPE -----------------------------------------------------------------------------
 
 
-def rope_inverse_frequencies(rotary_dim: int, base: float, scaling: dict[str, Any] | None = None) -> torch.Tensor:
+def rope_inverse_frequencies(
+    rotary_dim: int, base: float, scaling: dict[str, Any] | None = None
+) -> torch.Tensor:
     """The rotation speed of each channel pair: base ** (-2i / rotary_dim) for i < rotary_dim / 2, float32.
 
     (`scaling`, Llama 3.1's long-context rescaling, is not part of this lab.)
@@ -61,8 +68,14 @@ def rope_inverse_frequencies(rotary_dim: int, base: float, scaling: dict[str, An
 class RotaryEmbedding(nn.Module):
     """Given: the cos/sin tables, one row per position. Yours: `forward`."""
 
-    def __init__(self, head_dim: int, max_position: int, base: float, is_neox_style: bool = True,
-                 scaling: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        head_dim: int,
+        max_position: int,
+        base: float,
+        is_neox_style: bool = True,
+        scaling: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__()
         self.head_dim = head_dim
         self.max_position = max_position
@@ -105,8 +118,14 @@ class ContiguousAttentionBackend(AttentionBackend):
     def __init__(self, scale: float | None = None) -> None:
         self.scale = scale  # None: 1 / sqrt(head_dim)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
-                metadata: ContiguousAttentionMetadata) -> torch.Tensor:
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: torch.Tensor,
+        metadata: ContiguousAttentionMetadata,
+    ) -> torch.Tensor:
         """q `[T, H, D]`, k and v `[T, Hkv, D]` with T = batch * num_new_tokens (sequence by sequence).
 
         1. Refuse (ValueError) a step whose end (start_pos + num_new_tokens) is past the cache.

@@ -63,7 +63,9 @@ def trace_with_opaque_attention(model: torch.nn.Module) -> torch.fx.GraphModule:
     Return a `torch.fx.GraphModule(model, graph)`, so the graph's nodes can still
     reach the model's parameters and layers by name.
     """
-    raise NotImplementedError("TODO: a torch.fx.Tracer whose leaves are the Attention layers (plus the default ones)")
+    raise NotImplementedError(
+        "TODO: a torch.fx.Tracer whose leaves are the Attention layers (plus the default ones)"
+    )
 
 
 # -- step 2 -----------------------------------------------------------------------------

@@ -67,7 +67,9 @@ def _histogram(trace: "Mapping[int, int] | Iterable[int]") -> Counter:
     return Counter(int(b) for b in trace)
 
 
-def evaluate_ladder(trace: "Mapping[int, int] | Iterable[int]", ladder: Iterable[int]) -> LadderScore:
+def evaluate_ladder(
+    trace: "Mapping[int, int] | Iterable[int]", ladder: Iterable[int]
+) -> LadderScore:
     """Score `ladder` (any order, maybe with duplicates) on a trace.
 
     For each step: `padded_size(size, rungs)` is its rung, or None above the ladder.

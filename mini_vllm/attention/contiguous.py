@@ -26,7 +26,11 @@ import torch.nn.functional as F
 from mini_vllm.attention.backend import AttentionBackend
 from mini_vllm.config.compilation import AttentionCGSupport
 
-__all__ = ["ContiguousAttentionBackend", "ContiguousAttentionMetadata", "allocate_contiguous_kv_caches"]
+__all__ = [
+    "ContiguousAttentionBackend",
+    "ContiguousAttentionMetadata",
+    "allocate_contiguous_kv_caches",
+]
 
 
 # ANCHOR: contiguous_metadata
@@ -47,6 +51,8 @@ class ContiguousAttentionMetadata:
     @classmethod
     def decode(cls, batch_size: int, start_pos: int) -> "ContiguousAttentionMetadata":
         return cls(batch_size, start_pos, 1)
+
+
 # ANCHOR_END: contiguous_metadata
 
 
@@ -63,6 +69,8 @@ def allocate_contiguous_kv_caches(
     """One zeroed `[2, batch, max_len, num_kv_heads, head_dim]` tensor per layer."""
     shape = (2, batch_size, max_len, num_kv_heads, head_dim)
     return [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+
+
 # ANCHOR_END: allocate_kv
 
 
@@ -119,7 +127,9 @@ class ContiguousAttentionBackend(AttentionBackend):
         q_pos = torch.arange(start, end, device=q.device).unsqueeze(1)
         k_pos = torch.arange(end, device=q.device).unsqueeze(0)
         mask = (k_pos <= q_pos).repeat(group, 1)  # rows follow the (group, token) order
-        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=self.scale)
+        out = F.scaled_dot_product_attention(
+            queries, keys, values, attn_mask=mask, scale=self.scale
+        )
         # [batch, kv_heads, group * new, D] -> [batch * new, heads, D]
         out = out.view(batch, num_kv_heads, group, new, head_dim).permute(0, 3, 1, 2, 4)
         return out.reshape(batch * new, num_heads, head_dim)

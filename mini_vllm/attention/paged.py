@@ -82,11 +82,15 @@ def allocate_paged_kv_caches(
     """One `[2, num_blocks + scratch, block_size, num_kv_heads, head_dim]` tensor per layer."""
     shape = (2, num_blocks + SCRATCH_BLOCKS, block_size, num_kv_heads, head_dim)
     return [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+
+
 # ANCHOR_END: allocate_paged_kv_caches
 
 
 # ANCHOR: write_kv
-def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+def write_kv(
+    kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
     """Scatter the new keys and values into their slots; -1 slots land in the scratch block."""
     num_kv_heads, head_dim = k.shape[1], k.shape[2]
     keys = kv_cache[0].view(-1, num_kv_heads, head_dim)
@@ -95,6 +99,8 @@ def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapp
     slots = torch.where(slot_mapping < 0, torch.full_like(slot_mapping, scratch), slot_mapping)
     keys.index_copy_(0, slots, k)
     values.index_copy_(0, slots, v)
+
+
 # ANCHOR_END: write_kv
 
 
@@ -102,14 +108,22 @@ def _group_queries(q: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
     """[n, H, D] -> [Hkv, G * n, D]: the G query heads sharing a KV head become rows."""
     n, num_heads, head_dim = q.shape
     group = num_heads // num_kv_heads
-    return q.view(n, num_kv_heads, group, head_dim).permute(1, 2, 0, 3).reshape(num_kv_heads, group * n, head_dim)
+    return (
+        q.view(n, num_kv_heads, group, head_dim)
+        .permute(1, 2, 0, 3)
+        .reshape(num_kv_heads, group * n, head_dim)
+    )
 
 
 def _ungroup(out: torch.Tensor, n: int, num_heads: int) -> torch.Tensor:
     """Inverse of `_group_queries`: [Hkv, G * n, D] -> [n, H, D]."""
     num_kv_heads, _, head_dim = out.shape
     group = num_heads // num_kv_heads
-    return out.view(num_kv_heads, group, n, head_dim).permute(2, 0, 1, 3).reshape(n, num_heads, head_dim)
+    return (
+        out.view(num_kv_heads, group, n, head_dim)
+        .permute(2, 0, 1, 3)
+        .reshape(n, num_heads, head_dim)
+    )
 
 
 class PagedAttentionBackend(AttentionBackend):
@@ -134,8 +148,18 @@ class PagedAttentionBackend(AttentionBackend):
         triton_here = self.use_triton and q.is_cuda
         if metadata.uniform_decode and triton_here:  # one kernel: write and attend
             num_reqs = q.shape[0]
-            return triton_paged_decode(q, k, v, kv_cache, metadata.block_tables[:num_reqs],
-                                       metadata.seq_lens[:num_reqs], slots, self.scale, output, rope=rope)
+            return triton_paged_decode(
+                q,
+                k,
+                v,
+                kv_cache,
+                metadata.block_tables[:num_reqs],
+                metadata.seq_lens[:num_reqs],
+                slots,
+                self.scale,
+                output,
+                rope=rope,
+            )
         if rope is not None:  # no kernel here rotates: do it first
             q, k = apply_deferred_rope(rope, q, k)
         if triton_here:
@@ -147,7 +171,9 @@ class PagedAttentionBackend(AttentionBackend):
         return self._varlen(q, kv_cache, metadata)
 
     # ANCHOR: paged_decode
-    def _decode(self, q: torch.Tensor, kv_cache: torch.Tensor, md: PagedAttentionMetadata) -> torch.Tensor:
+    def _decode(
+        self, q: torch.Tensor, kv_cache: torch.Tensor, md: PagedAttentionMetadata
+    ) -> torch.Tensor:
         """One new token per request: gather every request's blocks at once."""
         num_reqs, num_heads, head_dim = q.shape
         num_kv_heads, block_size = kv_cache.shape[3], kv_cache.shape[2]
@@ -157,8 +183,18 @@ class PagedAttentionBackend(AttentionBackend):
         # Gather every request's blocks: [reqs * blocks, block_size, Hkv, D] -> [reqs, Hkv, width, D].
         # (index_select, not kv_cache[0][tables]: advanced indexing is ~1000x slower on CPU.)
         flat_tables = tables.reshape(-1)
-        keys = kv_cache[0].index_select(0, flat_tables).view(num_reqs, width, num_kv_heads, head_dim).transpose(1, 2)
-        values = kv_cache[1].index_select(0, flat_tables).view(num_reqs, width, num_kv_heads, head_dim).transpose(1, 2)
+        keys = (
+            kv_cache[0]
+            .index_select(0, flat_tables)
+            .view(num_reqs, width, num_kv_heads, head_dim)
+            .transpose(1, 2)
+        )
+        values = (
+            kv_cache[1]
+            .index_select(0, flat_tables)
+            .view(num_reqs, width, num_kv_heads, head_dim)
+            .transpose(1, 2)
+        )
         queries = q.view(num_reqs, num_kv_heads, group, head_dim)
         # Positions at or past a request's length hold other requests' data (or nothing):
         # mask them. A padded row (length 0) keeps position 0 so its softmax stays finite.
@@ -168,10 +204,13 @@ class PagedAttentionBackend(AttentionBackend):
             queries, keys, values, attn_mask=visible[:, None, None, :], scale=self.scale
         )
         return out.reshape(num_reqs, num_heads, head_dim)
+
     # ANCHOR_END: paged_decode
 
     # ANCHOR: paged_varlen
-    def _varlen(self, q: torch.Tensor, kv_cache: torch.Tensor, md: PagedAttentionMetadata) -> torch.Tensor:
+    def _varlen(
+        self, q: torch.Tensor, kv_cache: torch.Tensor, md: PagedAttentionMetadata
+    ) -> torch.Tensor:
         """Requests of any query length (prefill chunks and decodes mixed), one at a time."""
         num_heads = q.shape[1]
         num_kv_heads, block_size, head_dim = kv_cache.shape[3], kv_cache.shape[2], kv_cache.shape[4]
@@ -184,17 +223,32 @@ class PagedAttentionBackend(AttentionBackend):
             num_blocks = -(-seq_len // block_size)
             blocks = md.block_tables[i, :num_blocks]
             # [blocks, block_size, Hkv, D] -> [Hkv, seq_len, D]
-            keys = kv_cache[0].index_select(0, blocks).reshape(-1, num_kv_heads, head_dim)[:seq_len].transpose(0, 1)
-            values = kv_cache[1].index_select(0, blocks).reshape(-1, num_kv_heads, head_dim)[:seq_len].transpose(0, 1)
+            keys = (
+                kv_cache[0]
+                .index_select(0, blocks)
+                .reshape(-1, num_kv_heads, head_dim)[:seq_len]
+                .transpose(0, 1)
+            )
+            values = (
+                kv_cache[1]
+                .index_select(0, blocks)
+                .reshape(-1, num_kv_heads, head_dim)[:seq_len]
+                .transpose(0, 1)
+            )
             queries = _group_queries(q[start : start + q_len], num_kv_heads)
             mask = None
             if q_len > 1:
                 # The new tokens are the last q_len of the sequence: token j sits at
                 # position seq_len - q_len + j and sees keys 0 .. that position.
                 q_pos = torch.arange(seq_len - q_len, seq_len, device=q.device).unsqueeze(1)
-                mask = (torch.arange(seq_len, device=q.device).unsqueeze(0) <= q_pos).repeat(group, 1)
-            attended = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=self.scale)
+                mask = (torch.arange(seq_len, device=q.device).unsqueeze(0) <= q_pos).repeat(
+                    group, 1
+                )
+            attended = F.scaled_dot_product_attention(
+                queries, keys, values, attn_mask=mask, scale=self.scale
+            )
             out[start : start + q_len] = _ungroup(attended, q_len, num_heads)
             start += q_len
         return out
+
     # ANCHOR_END: paged_varlen

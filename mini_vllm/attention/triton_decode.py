@@ -51,11 +51,20 @@ def triton_available() -> bool:
 
 
 if triton is not None:
-
     # ANCHOR: write_kv_kernel
     @triton.jit
-    def _write_kv_kernel(k_ptr, v_ptr, key_cache_ptr, value_cache_ptr, slot_ptr, scratch_slot,
-                         stride_k, stride_v, ROW: tl.constexpr, ROW_PAD: tl.constexpr):
+    def _write_kv_kernel(
+        k_ptr,
+        v_ptr,
+        key_cache_ptr,
+        value_cache_ptr,
+        slot_ptr,
+        scratch_slot,
+        stride_k,
+        stride_v,
+        ROW: tl.constexpr,
+        ROW_PAD: tl.constexpr,
+    ):
         token = tl.program_id(0)
         slot = tl.load(slot_ptr + token)
         slot = tl.where(slot < 0, scratch_slot, slot)
@@ -65,6 +74,7 @@ if triton is not None:
         value = tl.load(v_ptr + token * stride_v + offsets, mask=mask)
         tl.store(key_cache_ptr + slot * ROW + offsets, key, mask=mask)
         tl.store(value_cache_ptr + slot * ROW + offsets, value, mask=mask)
+
     # ANCHOR_END: write_kv_kernel
 
     @triton.jit
@@ -78,13 +88,19 @@ if triton is not None:
 
     # ANCHOR: rope_in_kernel
     @triton.jit
-    def _rope_rows(positions_ptr, cos_sin_ptr, request, dims, HEAD_DIM: tl.constexpr, dtype: tl.constexpr):
+    def _rope_rows(
+        positions_ptr, cos_sin_ptr, request, dims, HEAD_DIM: tl.constexpr, dtype: tl.constexpr
+    ):
         """Rows [cos | cos] and [-sin | sin] of the request's position (RotaryEmbedding's
         neox table, float32, rounded to the activations' dtype as the torch version
         rounds it), and each channel's partner (i + D/2 mod D)."""
         position = tl.load(positions_ptr + request)
         cos = tl.load(cos_sin_ptr + position * 2 * HEAD_DIM + dims).to(dtype).to(tl.float32)
-        sin = tl.load(cos_sin_ptr + position * 2 * HEAD_DIM + HEAD_DIM + dims).to(dtype).to(tl.float32)
+        sin = (
+            tl.load(cos_sin_ptr + position * 2 * HEAD_DIM + HEAD_DIM + dims)
+            .to(dtype)
+            .to(tl.float32)
+        )
         return cos, sin, (dims + HEAD_DIM // 2) % HEAD_DIM
 
     @triton.jit
@@ -92,16 +108,35 @@ if triton is not None:
         """x * [cos|cos] + roll(x, D/2) * [-sin|sin], rounded once to `dtype` (as Inductor's
         version of RotaryEmbedding._rotate), returned in float32."""
         return (x.to(tl.float32) * cos + x_partner.to(tl.float32) * sin).to(dtype).to(tl.float32)
+
     # ANCHOR_END: rope_in_kernel
 
     @triton.jit
-    def _cached_kv_tile(key_cache_ptr, value_cache_ptr, tables_ptr, request, stride_table, tokens, visible,
-                        kv_head, dims, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    def _cached_kv_tile(
+        key_cache_ptr,
+        value_cache_ptr,
+        tables_ptr,
+        request,
+        stride_table,
+        tokens,
+        visible,
+        kv_head,
+        dims,
+        NUM_KV_HEADS: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr,
+    ):
         """Keys and values `[tokens, HEAD_DIM]` (float32) of `request`'s cached `tokens`, found
         through its block table; masked rows (`visible` False) read as 0."""
-        blocks = tl.load(tables_ptr + request * stride_table + tokens // BLOCK_SIZE, mask=visible, other=0)
+        blocks = tl.load(
+            tables_ptr + request * stride_table + tokens // BLOCK_SIZE, mask=visible, other=0
+        )
         row = NUM_KV_HEADS * HEAD_DIM
-        offsets = (blocks * BLOCK_SIZE + tokens % BLOCK_SIZE)[:, None] * row + kv_head * HEAD_DIM + dims[None, :]
+        offsets = (
+            (blocks * BLOCK_SIZE + tokens % BLOCK_SIZE)[:, None] * row
+            + kv_head * HEAD_DIM
+            + dims[None, :]
+        )
         # Keys and values are both requested before either is used: one trip to memory
         # per tile, not two (the cache is cold: the weights evicted it).
         keys = tl.load(key_cache_ptr + offsets, mask=visible[:, None], other=0.0).to(tl.float32)
@@ -110,13 +145,35 @@ if triton is not None:
 
     # ANCHOR: paged_decode_kernel
     @triton.jit
-    def _paged_decode_kernel(q_ptr, k_ptr, v_ptr, key_cache_ptr, value_cache_ptr, out_ptr, tables_ptr,
-                             seq_lens_ptr, slot_ptr, scratch_slot, stride_q_tok, stride_q_head, stride_k,
-                             stride_v, stride_o_tok, stride_o_head, stride_table, scale,
-                             positions_ptr, cos_sin_ptr,
-                             NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-                             BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, ROPE: tl.constexpr = False,
-                             PDL: tl.constexpr = False):
+    def _paged_decode_kernel(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        key_cache_ptr,
+        value_cache_ptr,
+        out_ptr,
+        tables_ptr,
+        seq_lens_ptr,
+        slot_ptr,
+        scratch_slot,
+        stride_q_tok,
+        stride_q_head,
+        stride_k,
+        stride_v,
+        stride_o_tok,
+        stride_o_head,
+        stride_table,
+        scale,
+        positions_ptr,
+        cos_sin_ptr,
+        NUM_KV_HEADS: tl.constexpr,
+        GROUP: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        ROPE: tl.constexpr = False,
+        PDL: tl.constexpr = False,
+    ):
         _wait_for_inputs(PDL)
         request = tl.program_id(0)
         head = tl.program_id(1)
@@ -128,12 +185,23 @@ if triton is not None:
         new_value = tl.load(v_ptr + request * stride_v + kv_head * HEAD_DIM + dims)
         q = tl.load(q_ptr + request * stride_q_tok + head * stride_q_head + dims).to(tl.float32)
         if ROPE:  # rotate them here (the compile-time fusion of RoPE into attention)
-            cos, sin, partner = _rope_rows(positions_ptr, cos_sin_ptr, request, dims, HEAD_DIM,
-                                           q_ptr.dtype.element_ty)
-            q = _rotate(q, tl.load(q_ptr + request * stride_q_tok + head * stride_q_head + partner),
-                        cos, sin, q_ptr.dtype.element_ty)
-            new_key = _rotate(new_key, tl.load(k_ptr + request * stride_k + kv_head * HEAD_DIM + partner),
-                              cos, sin, q_ptr.dtype.element_ty).to(new_key.dtype)
+            cos, sin, partner = _rope_rows(
+                positions_ptr, cos_sin_ptr, request, dims, HEAD_DIM, q_ptr.dtype.element_ty
+            )
+            q = _rotate(
+                q,
+                tl.load(q_ptr + request * stride_q_tok + head * stride_q_head + partner),
+                cos,
+                sin,
+                q_ptr.dtype.element_ty,
+            )
+            new_key = _rotate(
+                new_key,
+                tl.load(k_ptr + request * stride_k + kv_head * HEAD_DIM + partner),
+                cos,
+                sin,
+                q_ptr.dtype.element_ty,
+            ).to(new_key.dtype)
         # ... and the first query head of each group stores them for later steps
         # (slot -1, a padded row, goes to the scratch slot).
         if head % GROUP == 0:
@@ -149,8 +217,20 @@ if triton is not None:
         for start in range(0, past, BLOCK_N):
             tokens = start + tl.arange(0, BLOCK_N)
             visible = tokens < past
-            keys, values = _cached_kv_tile(key_cache_ptr, value_cache_ptr, tables_ptr, request, stride_table, tokens,
-                                           visible, kv_head, dims, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE)
+            keys, values = _cached_kv_tile(
+                key_cache_ptr,
+                value_cache_ptr,
+                tables_ptr,
+                request,
+                stride_table,
+                tokens,
+                visible,
+                kv_head,
+                dims,
+                NUM_KV_HEADS,
+                HEAD_DIM,
+                BLOCK_SIZE,
+            )
             scores = tl.where(visible, tl.sum(keys * q[None, :], axis=1) * scale, float("-inf"))
             new_max = tl.maximum(running_max, tl.max(scores, axis=0))
             probs = tl.exp(scores - new_max)
@@ -158,20 +238,46 @@ if triton is not None:
             acc = acc * correction + tl.sum(probs[:, None] * values, axis=0)
             running_sum = running_sum * correction + tl.sum(probs, axis=0)
             running_max = new_max
-        tl.store(out_ptr + request * stride_o_tok + head * stride_o_head + dims,
-                 (acc / running_sum).to(out_ptr.dtype.element_ty))
-    # ANCHOR_END: paged_decode_kernel
+        tl.store(
+            out_ptr + request * stride_o_tok + head * stride_o_head + dims,
+            (acc / running_sum).to(out_ptr.dtype.element_ty),
+        )
 
+    # ANCHOR_END: paged_decode_kernel
 
     # ANCHOR: split_decode_kernels
     @triton.jit
-    def _paged_decode_split_kernel(q_ptr, k_ptr, v_ptr, key_cache_ptr, value_cache_ptr, tables_ptr, seq_lens_ptr,
-                                   slot_ptr, scratch_slot, part_acc_ptr, part_max_ptr, part_sum_ptr,
-                                   stride_q_tok, stride_q_head, stride_k, stride_v, stride_table, scale,
-                                   positions_ptr, cos_sin_ptr,
-                                   NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
-                                   HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-                                   NUM_SPLITS: tl.constexpr, ROPE: tl.constexpr = False, PDL: tl.constexpr = False):
+    def _paged_decode_split_kernel(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        key_cache_ptr,
+        value_cache_ptr,
+        tables_ptr,
+        seq_lens_ptr,
+        slot_ptr,
+        scratch_slot,
+        part_acc_ptr,
+        part_max_ptr,
+        part_sum_ptr,
+        stride_q_tok,
+        stride_q_head,
+        stride_k,
+        stride_v,
+        stride_table,
+        scale,
+        positions_ptr,
+        cos_sin_ptr,
+        NUM_KV_HEADS: tl.constexpr,
+        GROUP: tl.constexpr,
+        GROUP_PAD: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        NUM_SPLITS: tl.constexpr,
+        ROPE: tl.constexpr = False,
+        PDL: tl.constexpr = False,
+    ):
         _wait_for_inputs(PDL)
         # One program per (request, KV head, slice of the cached tokens), for all the
         # query heads that read this KV head at once: each key is loaded once for the group.
@@ -183,31 +289,50 @@ if triton is not None:
         real_head = group < GROUP
         dims = tl.arange(0, HEAD_DIM)
         row = NUM_KV_HEADS * HEAD_DIM
-        q = tl.load(q_ptr + request * stride_q_tok + heads[:, None] * stride_q_head + dims[None, :],
-                    mask=real_head[:, None], other=0.0).to(tl.float32)
+        q = tl.load(
+            q_ptr + request * stride_q_tok + heads[:, None] * stride_q_head + dims[None, :],
+            mask=real_head[:, None],
+            other=0.0,
+        ).to(tl.float32)
         # Slice 0 starts from the step's own key and value and stores them in their slot;
         # the other slices start empty (max -inf, sum 0), which the merge weighs as 0.
         first = split == 0
         new_key = tl.load(k_ptr + request * stride_k + kv_head * HEAD_DIM + dims).to(tl.float32)
         new_value = tl.load(v_ptr + request * stride_v + kv_head * HEAD_DIM + dims)
         if ROPE:  # rotate q and the new key here (the compile-time fusion of RoPE into attention)
-            cos, sin, partner = _rope_rows(positions_ptr, cos_sin_ptr, request, dims, HEAD_DIM,
-                                           q_ptr.dtype.element_ty)
-            q_partner = tl.load(q_ptr + request * stride_q_tok + heads[:, None] * stride_q_head + partner[None, :],
-                                mask=real_head[:, None], other=0.0)
+            cos, sin, partner = _rope_rows(
+                positions_ptr, cos_sin_ptr, request, dims, HEAD_DIM, q_ptr.dtype.element_ty
+            )
+            q_partner = tl.load(
+                q_ptr + request * stride_q_tok + heads[:, None] * stride_q_head + partner[None, :],
+                mask=real_head[:, None],
+                other=0.0,
+            )
             q = _rotate(q, q_partner, cos[None, :], sin[None, :], q_ptr.dtype.element_ty)
-            new_key = _rotate(new_key, tl.load(k_ptr + request * stride_k + kv_head * HEAD_DIM + partner),
-                              cos, sin, q_ptr.dtype.element_ty)
+            new_key = _rotate(
+                new_key,
+                tl.load(k_ptr + request * stride_k + kv_head * HEAD_DIM + partner),
+                cos,
+                sin,
+                q_ptr.dtype.element_ty,
+            )
         slot = tl.load(slot_ptr + request)
         slot = tl.where(slot < 0, scratch_slot, slot)
         store_mask = (dims < HEAD_DIM) & first
-        tl.store(key_cache_ptr + slot * row + kv_head * HEAD_DIM + dims, new_key.to(key_cache_ptr.dtype.element_ty),
-                 mask=store_mask)
-        tl.store(value_cache_ptr + slot * row + kv_head * HEAD_DIM + dims, new_value, mask=store_mask)
+        tl.store(
+            key_cache_ptr + slot * row + kv_head * HEAD_DIM + dims,
+            new_key.to(key_cache_ptr.dtype.element_ty),
+            mask=store_mask,
+        )
+        tl.store(
+            value_cache_ptr + slot * row + kv_head * HEAD_DIM + dims, new_value, mask=store_mask
+        )
         seeded = tl.where(first, 1.0, 0.0)
         running_max = tl.where(first, tl.sum(q * new_key[None, :], axis=1) * scale, float("-inf"))
         running_sum = tl.zeros([GROUP_PAD], tl.float32) + seeded
-        acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32) + new_value.to(tl.float32)[None, :] * seeded
+        acc = (
+            tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32) + new_value.to(tl.float32)[None, :] * seeded
+        )
         past = tl.maximum(tl.load(seq_lens_ptr + request), 1) - 1
         chunk = (past + NUM_SPLITS - 1) // NUM_SPLITS
         start = split * chunk
@@ -215,8 +340,20 @@ if triton is not None:
         for block_start in range(start, end, BLOCK_N):
             tokens = block_start + tl.arange(0, BLOCK_N)
             visible = tokens < end
-            keys, values = _cached_kv_tile(key_cache_ptr, value_cache_ptr, tables_ptr, request, stride_table, tokens,
-                                           visible, kv_head, dims, NUM_KV_HEADS, HEAD_DIM, BLOCK_SIZE)
+            keys, values = _cached_kv_tile(
+                key_cache_ptr,
+                value_cache_ptr,
+                tables_ptr,
+                request,
+                stride_table,
+                tokens,
+                visible,
+                kv_head,
+                dims,
+                NUM_KV_HEADS,
+                HEAD_DIM,
+                BLOCK_SIZE,
+            )
             scores = tl.sum(q[:, None, :] * keys[None, :, :], axis=2) * scale  # [group, tokens]
             scores = tl.where(visible[None, :], scores, float("-inf"))
             new_max = tl.maximum(running_max, tl.max(scores, axis=1))
@@ -229,12 +366,23 @@ if triton is not None:
         part = (request * NUM_KV_HEADS * GROUP + heads) * NUM_SPLITS + split
         tl.store(part_max_ptr + part, running_max, mask=real_head)
         tl.store(part_sum_ptr + part, running_sum, mask=real_head)
-        tl.store(part_acc_ptr + part[:, None] * HEAD_DIM + dims[None, :], acc, mask=real_head[:, None])
+        tl.store(
+            part_acc_ptr + part[:, None] * HEAD_DIM + dims[None, :], acc, mask=real_head[:, None]
+        )
 
     @triton.jit
-    def _merge_splits_kernel(part_acc_ptr, part_max_ptr, part_sum_ptr, out_ptr, stride_o_tok, stride_o_head,
-                             NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
-                             PDL: tl.constexpr = False):
+    def _merge_splits_kernel(
+        part_acc_ptr,
+        part_max_ptr,
+        part_sum_ptr,
+        out_ptr,
+        stride_o_tok,
+        stride_o_head,
+        NUM_HEADS: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        NUM_SPLITS: tl.constexpr,
+        PDL: tl.constexpr = False,
+    ):
         _wait_for_inputs(PDL)
         # Each slice's softmax was taken against its own maximum: rescale all of them
         # to the overall maximum, then add (the merge of flash-decoding).
@@ -246,9 +394,15 @@ if triton is not None:
         maxima = tl.load(part_max_ptr + part)
         weights = tl.exp(maxima - tl.max(maxima, axis=0))  # an empty slice (-inf) weighs 0
         total = tl.sum(weights * tl.load(part_sum_ptr + part), axis=0)
-        acc = tl.sum(weights[:, None] * tl.load(part_acc_ptr + part[:, None] * HEAD_DIM + dims[None, :]), axis=0)
-        tl.store(out_ptr + request * stride_o_tok + head * stride_o_head + dims,
-                 (acc / total).to(out_ptr.dtype.element_ty))
+        acc = tl.sum(
+            weights[:, None] * tl.load(part_acc_ptr + part[:, None] * HEAD_DIM + dims[None, :]),
+            axis=0,
+        )
+        tl.store(
+            out_ptr + request * stride_o_tok + head * stride_o_head + dims,
+            (acc / total).to(out_ptr.dtype.element_ty),
+        )
+
     # ANCHOR_END: split_decode_kernels
 
 
@@ -267,27 +421,47 @@ def decode_num_splits(num_reqs: int, num_kv_heads: int, max_context: int | None 
     """Slices of the cached tokens per (request, KV head): 1 when the batch fills the GPU,
     or when no request can hold more than SINGLE_PASS_MAX_CONTEXT tokens (`max_context`)."""
     programs = num_reqs * num_kv_heads
-    if programs >= TARGET_PROGRAMS // 2 or (max_context is not None and max_context <= SINGLE_PASS_MAX_CONTEXT):
+    if programs >= TARGET_PROGRAMS // 2 or (
+        max_context is not None and max_context <= SINGLE_PASS_MAX_CONTEXT
+    ):
         return 1
     wanted = -(-TARGET_PROGRAMS // programs)
     return min(MAX_SPLITS, 1 << (wanted - 1).bit_length())  # a power of two, for tl.arange
 
 
-def triton_write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+def triton_write_kv(
+    kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
     num_tokens, num_kv_heads, head_dim = k.shape
     row = num_kv_heads * head_dim
     scratch = kv_cache.shape[1] * kv_cache.shape[2] - 1
     _write_kv_kernel[(num_tokens,)](
-        k, v, kv_cache[0], kv_cache[1], slot_mapping, scratch, k.stride(0), v.stride(0),
-        ROW=row, ROW_PAD=triton.next_power_of_2(row),
+        k,
+        v,
+        kv_cache[0],
+        kv_cache[1],
+        slot_mapping,
+        scratch,
+        k.stride(0),
+        v.stride(0),
+        ROW=row,
+        ROW_PAD=triton.next_power_of_2(row),
     )
 
 
-def triton_paged_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
-                        block_tables: torch.Tensor, seq_lens: torch.Tensor, slot_mapping: torch.Tensor,
-                        scale: float | None, output: torch.Tensor | None = None,
-                        num_splits: int | None = None,
-                        rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+def triton_paged_decode(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    scale: float | None,
+    output: torch.Tensor | None = None,
+    num_splits: int | None = None,
+    rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """Store each request's new k/v in its slot and attend over its blocks.
 
     Small batches split each request's cached tokens into `num_splits` slices that run
@@ -300,44 +474,111 @@ def triton_paged_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_ca
     num_kv_heads, block_size = kv_cache.shape[3], kv_cache.shape[2]
     out = output if output is not None else torch.empty(q.shape, dtype=q.dtype, device=q.device)
     scratch = kv_cache.shape[1] * block_size - 1
-    scale = scale if scale is not None else head_dim ** -0.5
+    scale = scale if scale is not None else head_dim**-0.5
     group = num_heads // num_kv_heads
     # The table's width bounds every request's context in this call: under a FULL graph
     # it is the longest a request may ever be (so the captured choice holds for every
     # replay), eagerly the longest request of this batch.
     max_context = block_tables.shape[1] * block_size
-    splits = num_splits if num_splits is not None else decode_num_splits(num_reqs, num_kv_heads, max_context)
+    splits = (
+        num_splits
+        if num_splits is not None
+        else decode_num_splits(num_reqs, num_kv_heads, max_context)
+    )
     if splits < 1 or splits & (splits - 1):
         raise ValueError(f"num_splits must be a power of two, got {splits}")
     positions, cos_sin = rope if rope is not None else (slot_mapping, q)  # unused without rope
     pdl = {"PDL": True, "launch_pdl": True} if pdl_supported(q.device) else {}
-    if rope is not None and (cos_sin.dtype != torch.float32 or not cos_sin.is_contiguous()
-                             or cos_sin.shape[-1] != head_dim or cos_sin.shape[1] != 2):
+    if rope is not None and (
+        cos_sin.dtype != torch.float32
+        or not cos_sin.is_contiguous()
+        or cos_sin.shape[-1] != head_dim
+        or cos_sin.shape[1] != 2
+    ):
         raise ValueError("rope needs the float32 neox table [positions, 2, 1, head_dim]")
     if splits > 1:
-        part_acc = torch.empty((num_reqs, num_heads, splits, head_dim), dtype=torch.float32, device=q.device)
+        part_acc = torch.empty(
+            (num_reqs, num_heads, splits, head_dim), dtype=torch.float32, device=q.device
+        )
         part_max = torch.empty((num_reqs, num_heads, splits), dtype=torch.float32, device=q.device)
         part_sum = torch.empty_like(part_max)
         _paged_decode_split_kernel[(num_reqs, num_kv_heads, splits)](
-            q, k, v, kv_cache[0], kv_cache[1], block_tables, seq_lens, slot_mapping, scratch,
-            part_acc, part_max, part_sum, q.stride(0), q.stride(1), k.stride(0), v.stride(0),
-            block_tables.stride(0), scale, positions, cos_sin,
-            NUM_KV_HEADS=num_kv_heads, GROUP=group, GROUP_PAD=triton.next_power_of_2(group), HEAD_DIM=head_dim,
-            BLOCK_SIZE=block_size, BLOCK_N=32, NUM_SPLITS=splits, ROPE=rope is not None, num_warps=4, **pdl,
+            q,
+            k,
+            v,
+            kv_cache[0],
+            kv_cache[1],
+            block_tables,
+            seq_lens,
+            slot_mapping,
+            scratch,
+            part_acc,
+            part_max,
+            part_sum,
+            q.stride(0),
+            q.stride(1),
+            k.stride(0),
+            v.stride(0),
+            block_tables.stride(0),
+            scale,
+            positions,
+            cos_sin,
+            NUM_KV_HEADS=num_kv_heads,
+            GROUP=group,
+            GROUP_PAD=triton.next_power_of_2(group),
+            HEAD_DIM=head_dim,
+            BLOCK_SIZE=block_size,
+            BLOCK_N=32,
+            NUM_SPLITS=splits,
+            ROPE=rope is not None,
+            num_warps=4,
+            **pdl,
         )
         _merge_splits_kernel[(num_reqs, num_heads)](
-            part_acc, part_max, part_sum, out, out.stride(0), out.stride(1),
-            NUM_HEADS=num_heads, HEAD_DIM=head_dim, NUM_SPLITS=splits, num_warps=1, **pdl,
+            part_acc,
+            part_max,
+            part_sum,
+            out,
+            out.stride(0),
+            out.stride(1),
+            NUM_HEADS=num_heads,
+            HEAD_DIM=head_dim,
+            NUM_SPLITS=splits,
+            num_warps=1,
+            **pdl,
         )
         return out
     _paged_decode_kernel[(num_reqs, num_heads)](
-        q, k, v, kv_cache[0], kv_cache[1], out, block_tables, seq_lens, slot_mapping, scratch,
-        q.stride(0), q.stride(1), k.stride(0), v.stride(0), out.stride(0), out.stride(1), block_tables.stride(0),
-        scale, positions, cos_sin,
-        NUM_KV_HEADS=num_kv_heads, GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=block_size, ROPE=rope is not None,
+        q,
+        k,
+        v,
+        kv_cache[0],
+        kv_cache[1],
+        out,
+        block_tables,
+        seq_lens,
+        slot_mapping,
+        scratch,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        v.stride(0),
+        out.stride(0),
+        out.stride(1),
+        block_tables.stride(0),
+        scale,
+        positions,
+        cos_sin,
+        NUM_KV_HEADS=num_kv_heads,
+        GROUP=group,
+        HEAD_DIM=head_dim,
+        BLOCK_SIZE=block_size,
+        ROPE=rope is not None,
         # Tuned on an H100 (`git show ae239bb:scripts/gpu_attn_tune.py`): 128 cached tokens an
         # iteration and two warps a program beat 32/64 tokens and 1 or 4 warps at contexts
         # 128 to 1024.
-        BLOCK_N=128, num_warps=2, **pdl,
+        BLOCK_N=128,
+        num_warps=2,
+        **pdl,
     )
     return out

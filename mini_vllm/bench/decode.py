@@ -68,7 +68,11 @@ class DecodeBenchResult:
 
     @property
     def hf_one_thread_tokens_per_s(self) -> float:
-        return self.new_tokens / statistics.median(self.hf_one_thread_s) if self.hf_one_thread_s else float("nan")
+        return (
+            self.new_tokens / statistics.median(self.hf_one_thread_s)
+            if self.hf_one_thread_s
+            else float("nan")
+        )
 
     @property
     def ratio(self) -> float:
@@ -105,12 +109,22 @@ def run_decode_bench(
         # traced once, so prefill lengths and the 1-token decode share one graph.
         inductor_cache_dir()
         TorchCompileWrapper.attach(model.model, CompilationMode.DYNAMO_TRACE_ONCE)
-        log("model compiled with torch.compile (DYNAMO_TRACE_ONCE); the warm-up request compiles it")
+        log(
+            "model compiled with torch.compile (DYNAMO_TRACE_ONCE); the warm-up request compiles it"
+        )
     prompt = _prompt_ids(tokenizer, config.vocab_size, question, chat)
     params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
-    result = DecodeBenchResult(model=str(model_name), device=str(dev), dtype=str(dt).replace("torch.", ""),
-                               prompt_tokens=len(prompt), new_tokens=new_tokens, repeats=repeats,
-                               warmup=warmup, threads=torch.get_num_threads(), compiled=compile)
+    result = DecodeBenchResult(
+        model=str(model_name),
+        device=str(dev),
+        dtype=str(dt).replace("torch.", ""),
+        prompt_tokens=len(prompt),
+        new_tokens=new_tokens,
+        repeats=repeats,
+        warmup=warmup,
+        threads=torch.get_num_threads(),
+        compiled=compile,
+    )
 
     def ours() -> tuple[float, list[int]]:
         synchronize(dev)
@@ -132,11 +146,16 @@ def run_decode_bench(
         with torch.inference_mode(), cpu_threads_context(dev, threads):
             synchronize(dev)
             start = time.perf_counter()
-            out = hf.generate(input_ids, attention_mask=attention_mask, do_sample=False,
-                              max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                              pad_token_id=config.eos_token_ids[0] if config.eos_token_ids else 0)
+            out = hf.generate(
+                input_ids,
+                attention_mask=attention_mask,
+                do_sample=False,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                pad_token_id=config.eos_token_ids[0] if config.eos_token_ids else 0,
+            )
             synchronize(dev)
-            return time.perf_counter() - start, out[0, len(prompt):].tolist()
+            return time.perf_counter() - start, out[0, len(prompt) :].tolist()
 
     control = hf is not None and dev.type == "cpu" and torch.get_num_threads() > 1
     for _ in range(warmup):
@@ -154,7 +173,9 @@ def run_decode_bench(
             result.hf_s.append(t_hf)
             # transformers' min_new_tokens forbids EOS while ignore_eos keeps it, so the
             # two may only agree up to our first EOS.
-            stop = next((j for j, t in enumerate(ids_ours) if t in config.eos_token_ids), len(ids_ours))
+            stop = next(
+                (j for j, t in enumerate(ids_ours) if t in config.eos_token_ids), len(ids_ours)
+            )
             result.same_tokens = ids_ours[:stop] == ids_hf[:stop]
             line += f" | transformers {new_tokens / t_hf:6.1f} tok/s"
         if control:
@@ -190,22 +211,31 @@ def format_markdown(result: DecodeBenchResult, command: str, when: date | None =
         f"{', '.join(f'{t:.3f}' for t in result.ours_s)} |",
     ]
     if result.hf_s:
-        lines.append(f"| transformers `generate` ({result.threads} threads) | {result.hf_tokens_per_s:.1f} | "
-                     f"{', '.join(f'{t:.3f}' for t in result.hf_s)} |")
+        lines.append(
+            f"| transformers `generate` ({result.threads} threads) | {result.hf_tokens_per_s:.1f} | "
+            f"{', '.join(f'{t:.3f}' for t in result.hf_s)} |"
+        )
     if result.hf_one_thread_s:
-        lines.append(f"| transformers `generate`, pinned to 1 thread (control) | "
-                     f"{result.hf_one_thread_tokens_per_s:.1f} | {', '.join(f'{t:.3f}' for t in result.hf_one_thread_s)} |")
+        lines.append(
+            f"| transformers `generate`, pinned to 1 thread (control) | "
+            f"{result.hf_one_thread_tokens_per_s:.1f} | {', '.join(f'{t:.3f}' for t in result.hf_one_thread_s)} |"
+        )
     if result.hf_s:
         lines += ["", f"**ratio: {result.ratio:.2f}x** (mini_vllm / transformers)"]
     if result.hf_one_thread_s:
-        lines.append(f"\nratio against the 1-thread control: "
-                     f"{result.ours_tokens_per_s / result.hf_one_thread_tokens_per_s:.2f}x")
+        lines.append(
+            f"\nratio against the 1-thread control: "
+            f"{result.ours_tokens_per_s / result.hf_one_thread_tokens_per_s:.2f}x"
+        )
     if result.same_tokens is not None:
-        lines.append(f"\nsame generated token ids on both sides (up to the first EOS): "
-                     f"{'yes' if result.same_tokens else 'no'}")
+        lines.append(
+            f"\nsame generated token ids on both sides (up to the first EOS): "
+            f"{'yes' if result.same_tokens else 'no'}"
+        )
     lines += [
-        "", f"mini_vllm, last repeat: TTFT {result.ours_ttft_s * 1e3:.1f} ms, "
-            f"mean inter-token latency {result.ours_mean_itl_s * 1e3:.1f} ms",
+        "",
+        f"mini_vllm, last repeat: TTFT {result.ours_ttft_s * 1e3:.1f} ms, "
+        f"mean inter-token latency {result.ours_mean_itl_s * 1e3:.1f} ms",
         "",
         "What mini_vllm does differently (the same float32 weights are read per token on both sides):",
         "- fused `qkv_proj` and `gate_up_proj`: 4 matrix-vector products per layer instead of 7;",

@@ -45,6 +45,7 @@ from mini_vllm.utils import synchronize
 
 __all__ = ["GraphDecodeReport", "format_graph_markdown", "run_graph_decode_bench"]
 
+
 @dataclass
 class ModeResult:
     step_ms: float
@@ -110,10 +111,14 @@ def decode_floor_bytes(model: torch.nn.Module, batch: int, context_len: int) -> 
     rows = batch * cfg.hidden_size * element
     kv = batch * context_len * cfg.num_hidden_layers * 2 * cfg.kv_size * element
     return weights + rows + kv
+
+
 # ANCHOR_END: floor_bytes
 
 
-def _hf_step_ms(hf, batch: int, context_len: int, steps: int, vocab: int, device: torch.device) -> float:
+def _hf_step_ms(
+    hf, batch: int, context_len: int, steps: int, vocab: int, device: torch.device
+) -> float:
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(3, vocab, (batch, context_len), generator=gen).to(device)
     mask = torch.ones_like(ids)
@@ -122,8 +127,14 @@ def _hf_step_ms(hf, batch: int, context_len: int, steps: int, vocab: int, device
         synchronize(device)
         start = time.perf_counter()
         with torch.inference_mode():
-            hf.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
-                        do_sample=False, pad_token_id=0)
+            hf.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=new,
+                min_new_tokens=new,
+                do_sample=False,
+                pad_token_id=0,
+            )
         synchronize(device)
         return time.perf_counter() - start
 
@@ -133,7 +144,9 @@ def _hf_step_ms(hf, batch: int, context_len: int, steps: int, vocab: int, device
     return (long - short) / steps * 1000
 
 
-def _hf_compiled_step_ms(hf, context_len: int, steps: int, vocab: int, device: torch.device, log) -> float | None:
+def _hf_compiled_step_ms(
+    hf, context_len: int, steps: int, vocab: int, device: torch.device, log
+) -> float | None:
     """transformers with a static KV cache and its forward compiled (mode="reduce-overhead":
     Inductor plus CUDA graphs), batch 1, as its documentation describes; None if it fails."""
     try:
@@ -141,7 +154,9 @@ def _hf_compiled_step_ms(hf, context_len: int, steps: int, vocab: int, device: t
         hf.forward = torch.compile(hf.forward, mode="reduce-overhead", fullgraph=True)
         start = time.perf_counter()
         ms = _hf_step_ms(hf, 1, context_len, steps, vocab, device)
-        log(f"transformers static cache + compile: {ms:.2f} ms/step (warm-up and compile {time.perf_counter() - start:.0f} s)")
+        log(
+            f"transformers static cache + compile: {ms:.2f} ms/step (warm-up and compile {time.perf_counter() - start:.0f} s)"
+        )
         return ms
     except Exception as exc:  # a baseline, not our code: report and go on
         log(f"transformers static cache + compile failed: {type(exc).__name__}: {str(exc)[:200]}")
@@ -153,7 +168,9 @@ def _new_tokens_per_request(steps: int, warmup: int) -> int:
     return 2 * steps + warmup + 16
 
 
-def _measure_batch(engine, batch: int, context_len: int, steps: int, warmup: int, device) -> ModeResult:
+def _measure_batch(
+    engine, batch: int, context_len: int, steps: int, warmup: int, device
+) -> ModeResult:
     runner = engine.runner
     start_decoding(engine, batch, context_len, _new_tokens_per_request(steps, warmup))
     for _ in range(warmup):
@@ -182,7 +199,9 @@ def _measure_batch(engine, batch: int, context_len: int, steps: int, warmup: int
     kernels, kernel_ms = count_kernels(device, engine.step)
     profiled = engine.stats.steps[recorded:]
     if len(profiled) != 1 or not profiled[0].uniform_decode or profiled[0].num_reqs != batch:
-        raise RuntimeError("the profiled step was not a decode step of the whole batch (did requests finish?)")
+        raise RuntimeError(
+            "the profiled step was not a decode step of the whole batch (did requests finish?)"
+        )
     while engine.has_unfinished_requests():  # let this batch finish before the next one
         engine.step()
     return ModeResult(
@@ -194,23 +213,40 @@ def _measure_batch(engine, batch: int, context_len: int, steps: int, warmup: int
     )
 
 
-def _measure_mode(model, mode: str, batch_sizes: list[int], context_len: int, steps: int, warmup: int,
-                  device, block_size: int, log) -> dict[int, ModeResult]:
+def _measure_mode(
+    model,
+    mode: str,
+    batch_sizes: list[int],
+    context_len: int,
+    steps: int,
+    warmup: int,
+    device,
+    block_size: int,
+    log,
+) -> dict[int, ModeResult]:
     start = time.perf_counter()
-    engine = decode_engine(model, mode, batch_sizes, context_len, _new_tokens_per_request(steps, warmup), block_size)
+    engine = decode_engine(
+        model, mode, batch_sizes, context_len, _new_tokens_per_request(steps, warmup), block_size
+    )
     report, compiled = engine.runner.capture_report, engine.runner.compile_report
-    log(f"{mode}: engine ready in {time.perf_counter() - start:.1f} s"
+    log(
+        f"{mode}: engine ready in {time.perf_counter() - start:.1f} s"
         + (f" ({compiled.line()})" if compiled else "")
-        + (f", {report.num_graphs} graphs captured in {report.seconds:.1f} s" if report else ""))
+        + (f", {report.num_graphs} graphs captured in {report.seconds:.1f} s" if report else "")
+    )
     results = {}
     for batch in batch_sizes:
         result = _measure_batch(engine, batch, context_len, steps, warmup, device)
         if report:
             result.capture_s = report.seconds
-            result.graph_mib = report.graph_memory_bytes / 2**20 if report.graph_memory_bytes is not None else None
+            result.graph_mib = (
+                report.graph_memory_bytes / 2**20 if report.graph_memory_bytes is not None else None
+            )
         results[batch] = result
-        log(f"batch {batch:3d} {mode:>18}: step {result.step_ms:7.3f} ms, forward {result.forward_ms:7.3f} ms, "
-            f"kernels {result.kernels}, ran as {result.runtime_mode}")
+        log(
+            f"batch {batch:3d} {mode:>18}: step {result.step_ms:7.3f} ms, forward {result.forward_ms:7.3f} ms, "
+            f"kernels {result.kernels}, ran as {result.runtime_mode}"
+        )
     del engine
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -235,9 +271,18 @@ def run_graph_decode_bench(
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     model, _, config = load_model(model_name, device=dev, dtype=dt, progress=False)
-    report = GraphDecodeReport(model_name, str(dev), str(dt).replace("torch.", ""), context_len, steps,
-                               list(batch_sizes), list(modes))
-    report.device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu"
+    report = GraphDecodeReport(
+        model_name,
+        str(dev),
+        str(dt).replace("torch.", ""),
+        context_len,
+        steps,
+        list(batch_sizes),
+        list(modes),
+    )
+    report.device_name = (
+        torch.cuda.get_device_name(dev) if dev.type == "cuda" else platform.processor() or "cpu"
+    )
     bandwidth = measure_copy_bandwidth(dev)
     report.bandwidth_gbs = bandwidth / 1e9 if bandwidth else None
     hf = None
@@ -249,40 +294,61 @@ def run_graph_decode_bench(
 
     def time_hf() -> None:
         for batch in batch_sizes:
-            hf_runs[batch].append(_hf_step_ms(hf, batch, context_len, min(steps, 16), config.vocab_size, dev))
+            hf_runs[batch].append(
+                _hf_step_ms(hf, batch, context_len, min(steps, 16), config.vocab_size, dev)
+            )
 
     if hf is not None:
         time_hf()
     for mode in modes:
-        for batch, result in _measure_mode(model, mode, list(batch_sizes), context_len, steps, warmup, dev,
-                                           block_size, log).items():
+        for batch, result in _measure_mode(
+            model, mode, list(batch_sizes), context_len, steps, warmup, dev, block_size, log
+        ).items():
             report.results[(batch, mode)] = result
     if hf is not None:
         time_hf()
     for batch in batch_sizes:
         if hf is not None:
             report.hf_ms[batch] = min(hf_runs[batch])
-            log(f"batch {batch:3d} {'transformers':>18}: step {report.hf_ms[batch]:7.3f} ms "
-                f"(before and after: {', '.join(f'{t:.3f}' for t in hf_runs[batch])})")
+            log(
+                f"batch {batch:3d} {'transformers':>18}: step {report.hf_ms[batch]:7.3f} ms "
+                f"(before and after: {', '.join(f'{t:.3f}' for t in hf_runs[batch])})"
+            )
         if bandwidth:
-            report.floor_ms[batch] = decode_floor_bytes(model, batch, context_len) / bandwidth * 1000
+            report.floor_ms[batch] = (
+                decode_floor_bytes(model, batch, context_len) / bandwidth * 1000
+            )
     if compare_hf_compile and dev.type == "cuda":
-        report.hf_compiled_ms = _hf_compiled_step_ms(transformers_twin(model), context_len, min(steps, 16),
-                                                     config.vocab_size, dev, log)
+        report.hf_compiled_ms = _hf_compiled_step_ms(
+            transformers_twin(model), context_len, min(steps, 16), config.vocab_size, dev, log
+        )
     # The simulator's SmolLM2 preset, refitted to this run's eager batch-1 forward.
     eager, full = report.results.get((1, "eager")), report.results.get((1, "full"))
-    if eager and full and eager.kernels and config.num_hidden_layers == 30 and config.hidden_size == 576:
+    if (
+        eager
+        and full
+        and eager.kernels
+        and config.num_hidden_layers == 30
+        and config.hidden_size == 576
+    ):
         measured = eager.forward_ms / full.forward_ms
         lines = []
         # First as the preset stands (its node cost from the naive model), then, where the
         # run has a profile, with the node cost read off the eager kernels: both predict.
         for kernel_ms in [None] + ([eager.kernel_ms] if eager.kernel_ms is not None else []):
-            refit = refit_preset("h100-smollm2-135m", eager_ms=eager.forward_ms, num_kernels=eager.kernels,
-                                 kernel_gpu_ms=kernel_ms)
+            refit = refit_preset(
+                "h100-smollm2-135m",
+                eager_ms=eager.forward_ms,
+                num_kernels=eager.kernels,
+                kernel_gpu_ms=kernel_ms,
+            )
             predicted = simulate_step(refit, 1).speedup
-            source = (f"node cost {refit.hardware.node_us:.2f} us from the eager kernels' own GPU time "
-                      f"({kernel_ms:.3f} ms in all, profiler)" if kernel_ms is not None
-                      else f"the preset's node cost {refit.hardware.node_us:.2f} us")
+            source = (
+                f"node cost {refit.hardware.node_us:.2f} us from the eager kernels' own GPU time "
+                f"({kernel_ms:.3f} ms in all, profiler)"
+                if kernel_ms is not None
+                else f"the preset's node cost {refit.hardware.node_us:.2f} us"
+            )
             lines.append(
                 f"simulator preset h100-smollm2-135m refitted to this run's eager forward ({eager.forward_ms:.2f} ms, "
                 f"{eager.kernels} kernels, launch cost {refit.hardware.launch_us:.1f} us), {source}: predicts a FULL "
@@ -307,7 +373,9 @@ def format_graph_markdown(report: GraphDecodeReport, command: str) -> str:
         "synchronised (timed on separate steps, so that the step has no sync inside it)",
     ]
     if report.bandwidth_gbs:
-        lines.append(f"- copy bandwidth measured in this run: {report.bandwidth_gbs:.0f} GB/s (read + write)")
+        lines.append(
+            f"- copy bandwidth measured in this run: {report.bandwidth_gbs:.0f} GB/s (read + write)"
+        )
     lines.append("")
     header = ["batch"]
     for mode in report.modes:
@@ -325,7 +393,11 @@ def format_graph_markdown(report: GraphDecodeReport, command: str) -> str:
         row = [str(batch)]
         for mode in report.modes:
             r = report.results[(batch, mode)]
-            row += [f"{r.step_ms:.3f}", f"{r.forward_ms:.3f}", str(r.kernels if r.kernels is not None else "n/a")]
+            row += [
+                f"{r.step_ms:.3f}",
+                f"{r.forward_ms:.3f}",
+                str(r.kernels if r.kernels is not None else "n/a"),
+            ]
         best = min(report.results[(batch, m)].step_ms for m in report.modes)
         if report.hf_ms:
             row.append(f"{report.hf_ms[batch]:.2f}")
@@ -339,16 +411,23 @@ def format_graph_markdown(report: GraphDecodeReport, command: str) -> str:
     captures = {m: r for (b, m), r in report.results.items() if r.capture_s}  # one engine per mode
     if captures:
         sizes = ", ".join(str(b) for b in report.batch_sizes)
-        lines += ["", f"Capture (one engine per mode, sizes {sizes}): time and graph memory (free memory "
-                      "before minus after):", ""]
+        lines += [
+            "",
+            f"Capture (one engine per mode, sizes {sizes}): time and graph memory (free memory "
+            "before minus after):",
+            "",
+        ]
         for m, r in captures.items():
             mem = f", {r.graph_mib:.1f} MiB" if r.graph_mib is not None else ""
             lines.append(f"- {m}: {r.capture_s:.2f} s{mem}")
     if report.hf_compiled_ms is not None:
         best1 = min(report.results[(report.batch_sizes[0], m)].step_ms for m in report.modes)
-        lines += ["", f"transformers with a static cache and torch.compile (mode=reduce-overhead), batch "
-                      f"{report.batch_sizes[0]}: {report.hf_compiled_ms:.2f} ms/step; our best: {best1:.3f} ms "
-                      f"({report.hf_compiled_ms / best1:.2f}x)"]
+        lines += [
+            "",
+            f"transformers with a static cache and torch.compile (mode=reduce-overhead), batch "
+            f"{report.batch_sizes[0]}: {report.hf_compiled_ms:.2f} ms/step; our best: {best1:.3f} ms "
+            f"({report.hf_compiled_ms / best1:.2f}x)",
+        ]
     if report.refit:
         lines += ["", report.refit]
     return "\n".join(lines) + "\n"

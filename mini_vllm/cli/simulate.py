@@ -22,16 +22,31 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="eager vs graph step time, speedup and crossover from the launch-overhead model",
         description=__doc__.splitlines()[0],
     )
-    parser.add_argument("--preset", default=DEFAULT_PRESET,
-                        help=f"model and machine to simulate (default {DEFAULT_PRESET}); "
-                             "an unknown name lists the presets")
-    parser.add_argument("--batch-sizes", default=DEFAULT_BATCH_SIZES, metavar="N,N,...",
-                        help=f"comma-separated decode batch sizes (default {DEFAULT_BATCH_SIZES})")
-    parser.add_argument("--threshold", type=float, default=None, metavar="X",
-                        help="graphs stop paying when the speedup falls below this (default 1.05)")
-    parser.add_argument("--ascii", action="store_true",
-                        help="also draw the CPU and GPU lanes of the first kernels, eager vs graph, "
-                             "at the smallest and the largest batch size")
+    parser.add_argument(
+        "--preset",
+        default=DEFAULT_PRESET,
+        help=f"model and machine to simulate (default {DEFAULT_PRESET}); "
+        "an unknown name lists the presets",
+    )
+    parser.add_argument(
+        "--batch-sizes",
+        default=DEFAULT_BATCH_SIZES,
+        metavar="N,N,...",
+        help=f"comma-separated decode batch sizes (default {DEFAULT_BATCH_SIZES})",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        metavar="X",
+        help="graphs stop paying when the speedup falls below this (default 1.05)",
+    )
+    parser.add_argument(
+        "--ascii",
+        action="store_true",
+        help="also draw the CPU and GPU lanes of the first kernels, eager vs graph, "
+        "at the smallest and the largest batch size",
+    )
     parser.set_defaults(command="simulate")
 
 
@@ -40,7 +55,9 @@ def parse_batch_sizes(text: str) -> list[int]:
     for part in text.split(","):
         part = part.strip()
         if not part.isdigit() or int(part) < 1:
-            raise UserError(f"--batch-sizes takes positive integers separated by commas, e.g. 1,4,16; got {text!r}")
+            raise UserError(
+                f"--batch-sizes takes positive integers separated by commas, e.g. 1,4,16; got {text!r}"
+            )
         sizes.append(int(part))
     return sorted(set(sizes))
 
@@ -49,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
     from mini_vllm.teaching import launch_overhead as lo
 
     if args.preset not in lo.PRESETS:
-        raise UserError(f"unknown preset {args.preset!r}; choose one of: {', '.join(sorted(lo.PRESETS))}")
+        raise UserError(
+            f"unknown preset {args.preset!r}; choose one of: {', '.join(sorted(lo.PRESETS))}"
+        )
     threshold = lo.CROSSOVER_THRESHOLD if args.threshold is None else args.threshold
     if threshold <= 1.0:
         raise UserError(f"--threshold is a speedup and must be > 1.0, got {threshold}")
@@ -57,15 +76,19 @@ def run(args: argparse.Namespace) -> int:
     batch_sizes = parse_batch_sizes(args.batch_sizes)
 
     print(f"preset {preset.name}: {preset.description}")
-    print(f"{len(preset.kernels)} kernels a step; launch {preset.hardware.launch_us:g} us a kernel eager, "
-          f"{preset.hardware.graph_launch_us:g} us a graph; {preset.hardware.node_us:g} us a graph node")
+    print(
+        f"{len(preset.kernels)} kernels a step; launch {preset.hardware.launch_us:g} us a kernel eager, "
+        f"{preset.hardware.graph_launch_us:g} us a graph; {preset.hardware.node_us:g} us a graph node"
+    )
     print()
     header = f"{'batch':>6} {'eager ms':>9} {'graph ms':>9} {'speedup':>8} {'launches e/g':>13}"
     has_reference = any(b in preset.reference_ms for b in batch_sizes)
     print(header + ("   reference eager -> graph" if has_reference else ""))
     for result in lo.sweep(preset, batch_sizes):
-        line = (f"{result.batch:>6} {result.eager_us / 1e3:>9.2f} {result.graph_us / 1e3:>9.2f} "
-                f"{result.speedup:>7.2f}x {result.eager_launches:>7} / {result.graph_launches:<3}")
+        line = (
+            f"{result.batch:>6} {result.eager_us / 1e3:>9.2f} {result.graph_us / 1e3:>9.2f} "
+            f"{result.speedup:>7.2f}x {result.eager_launches:>7} / {result.graph_launches:<3}"
+        )
         if result.batch in preset.reference_ms:
             eager_ms, graph_ms = preset.reference_ms[result.batch]
             line += f"   {eager_ms:.2f} -> {graph_ms:.2f} ms ({eager_ms / graph_ms:.2f}x)"
@@ -73,10 +96,14 @@ def run(args: argparse.Namespace) -> int:
     print()
     crossover = lo.crossover_batch(preset, threshold=threshold, max_batch=MAX_BATCH)
     if crossover is None:
-        print(f"crossover: none up to batch {MAX_BATCH} (the speedup stays >= {threshold:g}x): graphs always pay")
+        print(
+            f"crossover: none up to batch {MAX_BATCH} (the speedup stays >= {threshold:g}x): graphs always pay"
+        )
     else:
-        print(f"crossover: graphs stop paying at batch {crossover} "
-              f"(the first batch size whose speedup is below {threshold:g}x)")
+        print(
+            f"crossover: graphs stop paying at batch {crossover} "
+            f"(the first batch size whose speedup is below {threshold:g}x)"
+        )
     if args.ascii:
         for batch in sorted({batch_sizes[0], batch_sizes[-1]}):
             print()

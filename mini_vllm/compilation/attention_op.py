@@ -62,14 +62,21 @@ def attention(
 def _attention_fake(q, k, v, output, layer_name):
     # Shapes are all the compiler needs: the op changes `output` in place and returns nothing.
     return None
+
+
 # ANCHOR_END: custom_op
 
 
 # ANCHOR: attention_with_rope
 @torch.library.custom_op("mini_vllm::attention_with_rope", mutates_args=("output",))
 def attention_with_rope(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor, layer_name: str,
-    positions: torch.Tensor, cos_sin_cache: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    output: torch.Tensor,
+    layer_name: str,
+    positions: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
 ) -> None:
     """`mini_vllm::attention` of q and k rotated by neox RoPE: what the fusion pass puts in
     place of `rotary_embedding` then `attention`. A backend that can rotate inside its
@@ -80,4 +87,6 @@ def attention_with_rope(
 @attention_with_rope.register_fake
 def _attention_with_rope_fake(q, k, v, output, layer_name, positions, cos_sin_cache):
     return None
+
+
 # ANCHOR_END: attention_with_rope

@@ -109,10 +109,17 @@ def build_graph_forward(
         # ANCHOR_END: fx_pieces
     if mode.has_full_cudagraphs():
         result.full_wrapper = CUDAGraphWrapper(
-            forward, CUDAGraphMode.FULL, backend, pool, name=f"{type(model).__name__} (full)", debug=debug,
+            forward,
+            CUDAGraphMode.FULL,
+            backend,
+            pool,
+            name=f"{type(model).__name__} (full)",
+            debug=debug,
             counters=counters,
         )
         forward = result.full_wrapper
     result.forward = forward
     return result
+
+
 # ANCHOR_END: build_graph_forward

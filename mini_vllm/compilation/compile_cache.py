@@ -45,11 +45,16 @@ class CompileReport:
     fused_pairs: int = 0
 
     def line(self) -> str:
-        before = f"; previous start {self.previous_seconds:.1f} s" if self.previous_seconds is not None else \
-            " (first start: cold cache)"
+        before = (
+            f"; previous start {self.previous_seconds:.1f} s"
+            if self.previous_seconds is not None
+            else " (first start: cold cache)"
+        )
         fused = f", {self.fused_pairs} op pair(s) fused" if self.fused_pairs else ""
-        return (f"compiled at {self.mode} in {self.seconds:.1f} s, {self.compiled_pieces} piece(s){fused}, "
-                f"{self.dynamo_graphs} Dynamo graph(s){before}; cache {self.cache_dir}")
+        return (
+            f"compiled at {self.mode} in {self.seconds:.1f} s, {self.compiled_pieces} piece(s){fused}, "
+            f"{self.dynamo_graphs} Dynamo graph(s){before}; cache {self.cache_dir}"
+        )
 
 
 def inductor_cache_dir() -> str:
@@ -71,17 +76,29 @@ def inductor_cache_dir() -> str:
 
 def _record_path(model_config, mode: CompilationMode, device: torch.device, fusion: bool) -> Path:
     key_source = json.dumps(
-        {"model": {k: v for k, v in vars(model_config).items() if k != "name"}, "mode": mode.name,
-         "device": device.type, "torch": torch.__version__, "fusion": fusion},
-        sort_keys=True, default=str,
+        {
+            "model": {k: v for k, v in vars(model_config).items() if k != "name"},
+            "mode": mode.name,
+            "device": device.type,
+            "torch": torch.__version__,
+            "fusion": fusion,
+        },
+        sort_keys=True,
+        default=str,
     )
     key = hashlib.sha256(key_source.encode()).hexdigest()[:16]
     return envs.MINI_VLLM_CACHE / "compile" / f"{key}.json"
 
 
 # ANCHOR: compile_and_record
-def compile_and_record(model_config, mode: CompilationMode, device: torch.device, stats,
-                       run_once: Callable[[], None], fusion: bool = False) -> CompileReport:
+def compile_and_record(
+    model_config,
+    mode: CompilationMode,
+    device: torch.device,
+    stats,
+    run_once: Callable[[], None],
+    fusion: bool = False,
+) -> CompileReport:
     """Run the first (compiling) forward, time it, and compare with the previous start."""
     cache_dir = inductor_cache_dir()
     record = _record_path(model_config, mode, device, fusion)
@@ -90,9 +107,12 @@ def compile_and_record(model_config, mode: CompilationMode, device: torch.device
     run_once()
     seconds = time.perf_counter() - start
     report = CompileReport(
-        mode=mode.name, seconds=seconds,
+        mode=mode.name,
+        seconds=seconds,
         previous_seconds=history[-1]["seconds"] if history else None,
-        dynamo_graphs=stats.dynamo_graphs, compiled_pieces=stats.compiled_pieces, cache_dir=cache_dir,
+        dynamo_graphs=stats.dynamo_graphs,
+        compiled_pieces=stats.compiled_pieces,
+        cache_dir=cache_dir,
         fused_pairs=stats.fused_pairs,
     )
     record.parent.mkdir(parents=True, exist_ok=True)
@@ -102,4 +122,6 @@ def compile_and_record(model_config, mode: CompilationMode, device: torch.device
     logger.info(report.line())
     print(report.line(), flush=True)
     return report
+
+
 # ANCHOR_END: compile_and_record

@@ -123,7 +123,9 @@ class CPUGraph:
 
     def capture_begin(self, pool: object = None) -> None:
         if self._captured or self._mode is not None:
-            raise CaptureError("this graph was already captured; call reset() before capturing again")
+            raise CaptureError(
+                "this graph was already captured; call reset() before capturing again"
+            )
         self._mode = _RecordingMode(self)
         self._mode.__enter__()
         for name in _HOST_READ_METHODS:
@@ -161,8 +163,12 @@ class CPUGraph:
                 if isinstance(node.outputs, torch.Tensor):
                     node.outputs.copy_(result)
                 else:
-                    tree_map(lambda dst, src: dst.copy_(src) if isinstance(dst, torch.Tensor) else None,
-                             node.outputs, result)
+                    tree_map(
+                        lambda dst, src: dst.copy_(src) if isinstance(dst, torch.Tensor) else None,
+                        node.outputs,
+                        result,
+                    )
+
     # ANCHOR_END: cpu_replay
 
     def reset(self) -> None:
@@ -212,6 +218,11 @@ class CallableGraph:
         runnable, args, kwargs = self._call
         with torch.inference_mode():
             result = runnable(*args, **kwargs)
-            tree_map(lambda dst, src: dst.copy_(src) if isinstance(dst, torch.Tensor) else None, self.output, result)
-# ANCHOR_END: callable_graph
+            tree_map(
+                lambda dst, src: dst.copy_(src) if isinstance(dst, torch.Tensor) else None,
+                self.output,
+                result,
+            )
 
+
+# ANCHOR_END: callable_graph

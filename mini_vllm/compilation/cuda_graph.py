@@ -69,7 +69,9 @@ class CUDAGraphWrapper:
         gc_disable: bool = False,
     ) -> None:
         if runtime_mode not in (CUDAGraphMode.FULL, CUDAGraphMode.PIECEWISE):
-            raise ValueError(f"a CUDAGraphWrapper captures FULL or PIECEWISE graphs, not {runtime_mode.name}")
+            raise ValueError(
+                f"a CUDAGraphWrapper captures FULL or PIECEWISE graphs, not {runtime_mode.name}"
+            )
         self.runnable = runnable
         self.runtime_mode = runtime_mode
         self.backend = backend
@@ -82,10 +84,13 @@ class CUDAGraphWrapper:
         # the first skips it (vLLM's CUDAGraphOptions.gc_disable).
         self.gc_disable = gc_disable
         self.entries: dict[BatchDescriptor, CUDAGraphEntry] = {}
+
     # ANCHOR_END: wrapper_init
 
     def __repr__(self) -> str:
-        return f"CUDAGraphWrapper({self.name}, {self.runtime_mode.name}, {len(self.entries)} graphs)"
+        return (
+            f"CUDAGraphWrapper({self.name}, {self.runtime_mode.name}, {len(self.entries)} graphs)"
+        )
 
     # ANCHOR: wrapper_call
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -94,7 +99,9 @@ class CUDAGraphWrapper:
         if mode is CUDAGraphMode.NONE or mode is not self.runtime_mode:
             return self.runnable(*args, **kwargs)  # not this level's business: call through
         if descriptor is None:
-            raise RuntimeError(f"{self}: runtime mode {mode.name} needs a batch descriptor in the forward context")
+            raise RuntimeError(
+                f"{self}: runtime mode {mode.name} needs a batch descriptor in the forward context"
+            )
         entry = self.entries.get(descriptor)
         if entry is None:
             return self._capture(descriptor, args, kwargs)
@@ -110,11 +117,14 @@ class CUDAGraphWrapper:
         entry.num_replays += 1
         self.counters.replayed += 1
         return entry.output
+
     # ANCHOR_END: wrapper_call
 
     # ANCHOR: wrapper_capture
     def _capture(self, descriptor: BatchDescriptor, args: tuple, kwargs: dict) -> Any:
-        validate_cudagraph_capturing_enabled(f"a {self.runtime_mode.name} graph of {self.name} for {descriptor}")
+        validate_cudagraph_capturing_enabled(
+            f"a {self.runtime_mode.name} graph of {self.name} for {descriptor}"
+        )
         entry = CUDAGraphEntry(descriptor, input_addresses=_tensor_addresses(args))
         patches = []
         if self.gc_disable:
@@ -131,4 +141,5 @@ class CUDAGraphWrapper:
         self.entries[descriptor] = entry
         self.counters.captured += 1
         return entry.output
+
     # ANCHOR_END: wrapper_capture

@@ -61,6 +61,8 @@ def support_torch_compile(cls=None, *, dynamic_arg_dims: dict[str, int] | None =
         return cls
 
     return decorate(cls) if cls is not None else decorate
+
+
 # ANCHOR_END: support_torch_compile
 
 
@@ -89,8 +91,13 @@ class _CountingInductor:
 class TorchCompileWrapper:
     """Compiles a decorated model's forward once and dispatches every later call to it."""
 
-    def __init__(self, model: torch.nn.Module, mode: CompilationMode, backend: Callable | None = None,
-                 stats: CompileStats | None = None) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        mode: CompilationMode,
+        backend: Callable | None = None,
+        stats: CompileStats | None = None,
+    ) -> None:
         if not getattr(type(model), "_supports_torch_compile", False):
             raise TypeError(f"{type(model).__name__} is not decorated with @support_torch_compile")
         if mode is CompilationMode.NONE:
@@ -109,7 +116,9 @@ class TorchCompileWrapper:
         # One entry per compiled model in Dynamo's cache of this code object; tests and
         # benchmarks build many engines in one process.
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        self.compiled = torch.compile(model.forward, backend=self.backend, fullgraph=True, dynamic=False)
+        self.compiled = torch.compile(
+            model.forward, backend=self.backend, fullgraph=True, dynamic=False
+        )
 
     # ANCHOR: trace_once
     def _bytecode_hook(self, old_code, new_code) -> None:
@@ -143,6 +152,7 @@ class TorchCompileWrapper:
                 if self._compiled_code is not None:
                     self._hook.remove()
         return self.compiled(*args, **kwargs)
+
     # ANCHOR_END: trace_once
 
     def _mark_dynamic(self, args: tuple, kwargs: dict) -> None:
@@ -159,8 +169,13 @@ class TorchCompileWrapper:
         return max(0, self.stats.dynamo_graphs - 1)
 
     @classmethod
-    def attach(cls, model: torch.nn.Module, mode: CompilationMode, backend: Callable | None = None,
-               stats: CompileStats | None = None) -> "TorchCompileWrapper":
+    def attach(
+        cls,
+        model: torch.nn.Module,
+        mode: CompilationMode,
+        backend: Callable | None = None,
+        stats: CompileStats | None = None,
+    ) -> "TorchCompileWrapper":
         """Compile `model` under `mode`: from now on calling the model runs the compiled code."""
         use_attention_op(model)
         wrapper = cls(model, mode, backend, stats)
@@ -175,4 +190,6 @@ class TorchCompileWrapper:
         if wrapper is not None:
             wrapper._hook.remove()
         use_attention_op(model, enabled=False)
+
+
 # ANCHOR_END: compile_wrapper

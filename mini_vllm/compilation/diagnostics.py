@@ -42,6 +42,8 @@ def explain_graph_breaks(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> B
             where = f" ({frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"
         reasons.append(f"{brk.reason.splitlines()[0]}{where}")
     return BreakReport(explanation.graph_count, explanation.graph_break_count, reasons)
+
+
 # ANCHOR_END: explain
 
 

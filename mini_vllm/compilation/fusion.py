@@ -46,7 +46,13 @@ import mini_vllm.compilation.attention_op  # noqa: F401  (registers the attentio
 import mini_vllm.layers.fused_linear  # noqa: F401  (registers the fused ops)
 import mini_vllm.layers.rotary_embedding  # noqa: F401
 
-__all__ = ["FUSIONS", "fuse_norm_and_act_into_linear", "fuse_rope_into_attention", "op_name", "run_fusion_passes"]
+__all__ = [
+    "FUSIONS",
+    "fuse_norm_and_act_into_linear",
+    "fuse_rope_into_attention",
+    "op_name",
+    "run_fusion_passes",
+]
 
 # producer op -> (fused op, number of outputs of the producer)
 FUSIONS = {
@@ -79,7 +85,9 @@ def _outputs(node: torch.fx.Node, count: int) -> list[torch.fx.Node | None] | No
     return outputs
 
 
-def _rewrite_each(gm: torch.fx.GraphModule, rewrite: Callable[[torch.fx.Graph, torch.fx.Node], bool]) -> int:
+def _rewrite_each(
+    gm: torch.fx.GraphModule, rewrite: Callable[[torch.fx.Graph, torch.fx.Node], bool]
+) -> int:
     """Offer every node (of the graph as it was) to `rewrite`, which fuses it with its
     neighbour in place or returns False; then check and regenerate the module. The count
     of rewrites is returned."""
@@ -110,10 +118,14 @@ def fuse_norm_and_act_into_linear(gm: torch.fx.GraphModule) -> int:
         if isinstance(weight, torch.fx.Node) and position[weight] > position[node]:
             return False  # the weight is computed later (never in our models): leave it
         with graph.inserting_before(node):
-            fused = graph.call_function(getattr(torch.ops.mini_vllm, fused_name).default,
-                                        (*node.args, weight))
-            fused_outputs = [fused] if count == 1 else [
-                graph.call_function(operator.getitem, (fused, i)) for i in range(count)]
+            fused = graph.call_function(
+                getattr(torch.ops.mini_vllm, fused_name).default, (*node.args, weight)
+            )
+            fused_outputs = (
+                [fused]
+                if count == 1
+                else [graph.call_function(operator.getitem, (fused, i)) for i in range(count)]
+            )
         product.replace_all_uses_with(fused_outputs[0])
         graph.erase_node(product)
         for old, new in zip(outputs[1:], fused_outputs[1:]):
@@ -126,6 +138,8 @@ def fuse_norm_and_act_into_linear(gm: torch.fx.GraphModule) -> int:
         return True
 
     return _rewrite_each(gm, fuse)
+
+
 # ANCHOR_END: fusion_pass
 
 
@@ -153,14 +167,18 @@ def fuse_rope_into_attention(gm: torch.fx.GraphModule) -> int:
         for user in shape_only:
             user.replace_input_with(q_rot, query)
         with graph.inserting_before(attention):
-            fused = graph.call_function(torch.ops.mini_vllm.attention_with_rope.default,
-                                        (query, key, *attention.args[2:], positions, table))
+            fused = graph.call_function(
+                torch.ops.mini_vllm.attention_with_rope.default,
+                (query, key, *attention.args[2:], positions, table),
+            )
         attention.replace_all_uses_with(fused)
         for node in (attention, k_rot, q_rot, rotary):
             graph.erase_node(node)
         return True
 
     return _rewrite_each(gm, fuse)
+
+
 # ANCHOR_END: rope_fusion_pass
 
 

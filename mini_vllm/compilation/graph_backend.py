@@ -24,7 +24,9 @@ __all__ = ["CPUGraphBackend", "CUDAGraphBackend", "GraphBackend", "graph_backend
 class GraphBackend:
     name = "abstract"
 
-    def capture(self, runnable: Callable[..., Any], args: tuple, kwargs: dict, pool: Any) -> tuple[Any, Any]:
+    def capture(
+        self, runnable: Callable[..., Any], args: tuple, kwargs: dict, pool: Any
+    ) -> tuple[Any, Any]:
         """Record one call `runnable(*args, **kwargs)` into a new graph: `(graph, output)`.
 
         The graph has `replay()`; each replay recomputes `output` in place, from whatever
@@ -79,6 +81,8 @@ class CUDAGraphBackend(GraphBackend):
 
     def free_memory(self) -> int | None:
         return torch.cuda.mem_get_info(self.device)[0]
+
+
 # ANCHOR_END: cuda_graph_backend
 
 

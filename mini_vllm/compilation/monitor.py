@@ -9,7 +9,11 @@ so it is an error instead — the dispatcher only sends keys that were captured.
 
 from __future__ import annotations
 
-__all__ = ["cudagraph_capturing_enabled", "set_cudagraph_capturing_enabled", "validate_cudagraph_capturing_enabled"]
+__all__ = [
+    "cudagraph_capturing_enabled",
+    "set_cudagraph_capturing_enabled",
+    "validate_cudagraph_capturing_enabled",
+]
 
 _capturing_enabled = True
 

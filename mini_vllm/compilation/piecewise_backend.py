@@ -62,25 +62,38 @@ class ModelPieces:
     `PiecewiseCompileInterpreter.call_module` in vllm/compilation/backends.py).
     """
 
-    def __init__(self, graph_backend: GraphBackend | None, pool: Any = None,
-                 counters: GraphCounters | None = None) -> None:
+    def __init__(
+        self,
+        graph_backend: GraphBackend | None,
+        pool: Any = None,
+        counters: GraphCounters | None = None,
+    ) -> None:
         self.graph_backend = graph_backend  # None: no piecewise graphs
         self.pool = pool
         self.counters = counters if counters is not None else GraphCounters()
         self.split_items: list[SplitItem] = []
         self.wrappers: list[CUDAGraphWrapper] = []
 
-    def install(self, split_module: torch.fx.GraphModule, name: str, runnable: Callable[..., Any]) -> None:
+    def install(
+        self, split_module: torch.fx.GraphModule, name: str, runnable: Callable[..., Any]
+    ) -> None:
         if self.graph_backend is not None:
             # Collecting garbage before each capture would make a piecewise capture crawl
             # (one graph per piece and size): only the first piece does it (vLLM's gc_disable).
             runnable = CUDAGraphWrapper(
-                runnable, CUDAGraphMode.PIECEWISE, self.graph_backend, self.pool, name=name,
-                counters=self.counters, gc_disable=bool(self.wrappers),
+                runnable,
+                CUDAGraphMode.PIECEWISE,
+                self.graph_backend,
+                self.pool,
+                name=name,
+                counters=self.counters,
+                gc_disable=bool(self.wrappers),
             )
             self.wrappers.append(runnable)
         # Bypass nn.Module.__setattr__: the split module's generated forward calls the piece by name.
         split_module.__dict__[name] = runnable
+
+
 # ANCHOR_END: model_pieces
 
 
@@ -118,7 +131,11 @@ def inductor_compile(gm: torch.fx.GraphModule, example_inputs: list) -> Callable
 class _PieceCompiler(torch.fx.Interpreter):
     """Runs the split module on fake inputs and compiles each piece on the way."""
 
-    def __init__(self, split_module: torch.fx.GraphModule, compile_piece: Callable[[str, torch.fx.GraphModule, tuple], None]):
+    def __init__(
+        self,
+        split_module: torch.fx.GraphModule,
+        compile_piece: Callable[[str, torch.fx.GraphModule, tuple], None],
+    ):
         super().__init__(split_module)
         self.compile_piece = compile_piece
 
@@ -133,7 +150,9 @@ class _PieceCompiler(torch.fx.Interpreter):
 class PiecewiseCompileBackend:
     """`torch.compile(..., backend=PiecewiseCompileBackend(...))` for VLLM_COMPILE."""
 
-    def __init__(self, pieces: ModelPieces, stats: CompileStats | None = None, fusion: bool = False) -> None:
+    def __init__(
+        self, pieces: ModelPieces, stats: CompileStats | None = None, fusion: bool = False
+    ) -> None:
         self.pieces = pieces
         self.stats = stats if stats is not None else CompileStats()
         self.fusion = fusion  # run the fusion passes (mini_vllm/compilation/fusion.py)
@@ -159,7 +178,10 @@ class PiecewiseCompileBackend:
             if name not in to_compile:
                 return  # attention: stays the opaque eager op
             self.stats.compiled_pieces += 1
-            self.pieces.install(split, name, CompiledPiece(inductor_compile(module, list(args)), name))
+            self.pieces.install(
+                split, name, CompiledPiece(inductor_compile(module, list(args)), name)
+            )
+
         # ANCHOR_END: compile_piece
 
         # Dynamo hands over the parameters as the real tensors and the inputs as fake
@@ -172,11 +194,15 @@ class PiecewiseCompileBackend:
         from torch._subclasses.fake_tensor import FakeTensor
 
         fake_inputs = [
-            fake_mode.from_tensor(x) if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) else x
+            fake_mode.from_tensor(x)
+            if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor)
+            else x
             for x in example_inputs
         ]
         with fake_mode:
             _PieceCompiler(split, compile_piece).run(*fake_inputs)
         self.stats.seconds += time.perf_counter() - start
         return split
+
+
 # ANCHOR_END: piecewise_backend

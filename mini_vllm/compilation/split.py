@@ -90,4 +90,6 @@ def split_graph(
         items.append(SplitItem(name, graph_id, graph_id in splitting_pieces, module))
     items.sort(key=lambda item: item.graph_id)
     return split, items
+
+
 # ANCHOR_END: split_graph

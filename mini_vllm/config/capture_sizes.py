@@ -43,6 +43,8 @@ def default_capture_sizes(
     sizes += list(range(8, min(largest + 1, 256), 8))
     sizes += list(range(256, largest + 1, 16))
     return sizes
+
+
 # ANCHOR_END: default_capture_sizes
 
 
@@ -50,7 +52,9 @@ def normalize_capture_sizes(sizes: Iterable[int], max_num_batched_tokens: int) -
     """A user's ladder as vLLM keeps it: de-duplicated, within the token budget, ascending."""
     sizes = list(sizes)
     if not sizes:
-        raise UserError("capture sizes must not be empty; pass enforce_eager=True to capture nothing")
+        raise UserError(
+            "capture sizes must not be empty; pass enforce_eager=True to capture nothing"
+        )
     bad = [s for s in sizes if not isinstance(s, int) or isinstance(s, bool) or s < 1]
     if bad:
         raise UserError(f"capture sizes must be positive integers, got {bad}")
@@ -70,6 +74,8 @@ def padded_size(num_tokens: int, capture_sizes: list[int]) -> int | None:
         raise UserError(f"a batch has at least one token, got {num_tokens}")
     index = bisect.bisect_left(capture_sizes, num_tokens)
     return capture_sizes[index] if index < len(capture_sizes) else None
+
+
 # ANCHOR_END: padded_size
 
 
@@ -114,7 +120,11 @@ def padding_waste(
         else:
             hits += count
             padding += (rung - size) * count
-    return PaddingReport(real_tokens=real, padding_tokens=padding, graph_steps=hits, eager_steps=misses)
+    return PaddingReport(
+        real_tokens=real, padding_tokens=padding, graph_steps=hits, eager_steps=misses
+    )
+
+
 # ANCHOR_END: padding_waste
 
 

@@ -80,6 +80,8 @@ class CUDAGraphMode(enum.Enum):
     @classmethod
     def from_name(cls, name: "str | CUDAGraphMode") -> "CUDAGraphMode":
         return _parse_member(cls, name)
+
+
 # ANCHOR_END: cudagraph_mode
 
 
@@ -95,6 +97,8 @@ class CompilationMode(enum.IntEnum):
     @classmethod
     def from_name(cls, name: "str | int | CompilationMode") -> "CompilationMode":
         return _parse_member(cls, name)
+
+
 # ANCHOR_END: compilation_mode
 
 
@@ -106,6 +110,8 @@ class AttentionCGSupport(enum.IntEnum):
     UNIFORM_SINGLE_TOKEN_DECODE = 1  # only batches where every request decodes one token
     UNIFORM_BATCH = 2  # any batch where every request has the same query length
     ALWAYS = 3  # any batch, prefill included
+
+
 # ANCHOR_END: attention_cg_support
 
 
@@ -140,7 +146,11 @@ def resolve_cudagraph_mode(
                 f"cudagraph mode {mode.name} needs full graphs, but the attention backend "
                 "declares AttentionCGSupport.NEVER; use PIECEWISE (with attention split) or NONE"
             )
-        mode = CUDAGraphMode.FULL_AND_PIECEWISE if attention_is_split else CUDAGraphMode.FULL_DECODE_ONLY
+        mode = (
+            CUDAGraphMode.FULL_AND_PIECEWISE
+            if attention_is_split
+            else CUDAGraphMode.FULL_DECODE_ONLY
+        )
 
     # 2. No full graphs at all for this backend.
     if mode.decode_mode() is CUDAGraphMode.FULL and attn_support is AttentionCGSupport.NEVER:
@@ -156,6 +166,10 @@ def resolve_cudagraph_mode(
 
     # 4. Safety net: nothing above may leave full graphs on a backend that cannot run them.
     if mode.has_full_cudagraphs() and attn_support is AttentionCGSupport.NEVER:
-        raise ValueError(f"cudagraph mode {mode.name} keeps full graphs on a NEVER-capturable backend")
+        raise ValueError(
+            f"cudagraph mode {mode.name} keeps full graphs on a NEVER-capturable backend"
+        )
     return mode
+
+
 # ANCHOR_END: resolve_cudagraph_mode

@@ -51,7 +51,10 @@ class AsyncScheduler(Scheduler):
             return True  # nothing in flight: the synchronous rules hold
         # Tokens in flight already reach a length cap: the request ends when they land.
         params = seq.sampling_params
-        return seq.num_output_tokens < params.max_tokens and seq.num_tokens < self.config.max_model_len
+        return (
+            seq.num_output_tokens < params.max_tokens and seq.num_tokens < self.config.max_model_len
+        )
+
     # ANCHOR_END: async_may_schedule
 
     # ANCHOR: async_after_schedule
@@ -61,6 +64,7 @@ class AsyncScheduler(Scheduler):
             seq.num_computed_tokens += row.num_new_tokens
             if row.samples_token:
                 seq.append_placeholder()
+
     # ANCHOR_END: async_after_schedule
 
     # ANCHOR: async_apply_output
@@ -78,4 +82,5 @@ class AsyncScheduler(Scheduler):
             seq.resolve_placeholder(token)
             self._finish_if_stopped(seq, token, finished)
         return finished
+
     # ANCHOR_END: async_apply_output

@@ -94,6 +94,8 @@ def slot_of(block_table: SequenceT[int], position: int, block_size: int) -> int:
 def slot_mapping(block_table: SequenceT[int], start: int, end: int, block_size: int) -> list[int]:
     """Slots of positions start..end-1: where one step writes a sequence's new K/V."""
     return [slot_of(block_table, p, block_size) for p in range(start, end)]
+
+
 # ANCHOR_END: slot_mapping
 
 
@@ -107,13 +109,17 @@ def hash_block_tokens(parent: bytes | None, token_ids: SequenceT[int]) -> bytes:
     digest = hashlib.sha256(parent or b"")
     digest.update(array("q", token_ids).tobytes())
     return digest.digest()
+
+
 # ANCHOR_END: hash_block_tokens
 
 
 class BlockManager:
     """Hands out KV-cache blocks to sequences and takes them back."""
 
-    def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = False) -> None:
+    def __init__(
+        self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = False
+    ) -> None:
         for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise UserError(f"{name} must be an integer >= 1, got {value!r}")
@@ -165,13 +171,16 @@ class BlockManager:
         blocks: list[int] = []
         parent = None
         for i in range(max_blocks):
-            key = hash_block_tokens(parent, seq.tokens(i * self.block_size, (i + 1) * self.block_size))
+            key = hash_block_tokens(
+                parent, seq.tokens(i * self.block_size, (i + 1) * self.block_size)
+            )
             block_id = self._cached.get(key)
             if block_id is None:
                 break
             blocks.append(block_id)
             parent = key
         return blocks
+
     # ANCHOR_END: cached_prefix
 
     def num_cached_tokens(self, seq: SequenceLike) -> int:
@@ -196,13 +205,16 @@ class BlockManager:
         parent = self._block_hash[seq.block_table[done - 1]] if done else None
         for i in range(done, full):
             block_id = seq.block_table[i]
-            key = hash_block_tokens(parent, seq.tokens(i * self.block_size, (i + 1) * self.block_size))
+            key = hash_block_tokens(
+                parent, seq.tokens(i * self.block_size, (i + 1) * self.block_size)
+            )
             self._block_hash[block_id] = key
             # Two sequences that computed the same prefix side by side: the block
             # registered first keeps serving hits, the twin is just a private block.
             self._cached.setdefault(key, block_id)
             parent = key
         self._num_hashed[seq.seq_id] = max(done, full)
+
     # ANCHOR_END: cache_full_blocks
 
     # -- allocation ---------------------------------------------------------------
@@ -216,6 +228,7 @@ class BlockManager:
             del self._cached[key]
         self._ref_counts[block_id] = 1
         return block_id
+
     # ANCHOR_END: take_free_block
 
     def _plan_allocation(
@@ -251,7 +264,9 @@ class BlockManager:
         revived = sum(1 for b in shared if self._ref_counts[b] == 0)
         return num_fresh + revived <= len(self._free)
 
-    def can_allocate(self, seq: SequenceLike, num_new_tokens: int, num_cached_tokens: int = 0) -> bool:
+    def can_allocate(
+        self, seq: SequenceLike, num_new_tokens: int, num_cached_tokens: int = 0
+    ) -> bool:
         """Whether allocate(seq, num_new_tokens, num_cached_tokens) would succeed."""
         return self._fits(*self._plan_allocation(seq, num_new_tokens, num_cached_tokens))
 
@@ -276,6 +291,7 @@ class BlockManager:
         seq.block_table.extend(self._take_free_block() for _ in range(num_fresh))
         if self.enable_prefix_caching:
             self._num_hashed[seq.seq_id] = len(shared)
+
     # ANCHOR_END: allocate
 
     def _num_missing_blocks(self, seq: SequenceLike, num_new_tokens: int) -> int:
@@ -304,6 +320,7 @@ class BlockManager:
                 "free; check can_append() first (the scheduler preempts to make room)"
             )
         seq.block_table.extend(self._take_free_block() for _ in range(missing))
+
     # ANCHOR_END: append_slot
 
     # ANCHOR: free
@@ -318,6 +335,7 @@ class BlockManager:
                 self._free[block_id] = None
         seq.block_table.clear()
         self._num_hashed.pop(seq.seq_id, None)
+
     # ANCHOR_END: free
 
     def __repr__(self) -> str:

@@ -44,7 +44,10 @@ class CudagraphDispatcher:
         if self.mode.decode_mode() is CUDAGraphMode.FULL and self.mode.separate_routine():
             for size in self.capture_sizes:
                 if q <= size <= max_num_seqs * q:
-                    self.keys[CUDAGraphMode.FULL].add(BatchDescriptor(size, size // q, uniform=True))
+                    self.keys[CUDAGraphMode.FULL].add(
+                        BatchDescriptor(size, size // q, uniform=True)
+                    )
+
     # ANCHOR_END: init_keys
 
     @property
@@ -81,4 +84,5 @@ class CudagraphDispatcher:
         if relaxed in self.keys[CUDAGraphMode.PIECEWISE]:
             return CUDAGraphMode.PIECEWISE, relaxed
         return CUDAGraphMode.NONE, unpadded
+
     # ANCHOR_END: dispatch

@@ -57,7 +57,9 @@ class EngineConfig:
             self.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE if on_gpu else CUDAGraphMode.NONE
         self.cudagraph_mode = CUDAGraphMode.from_name(self.cudagraph_mode)
         self.compilation_mode = CompilationMode.from_name(self.compilation_mode)
-        if self.enable_fusion and (self.enforce_eager or self.compilation_mode is not CompilationMode.VLLM_COMPILE):
+        if self.enable_fusion and (
+            self.enforce_eager or self.compilation_mode is not CompilationMode.VLLM_COMPILE
+        ):
             raise UserError(
                 "enable_fusion=True needs compilation_mode='vllm_compile' (the fusion passes run in its "
                 "compile backend) and no enforce_eager; leave enable_fusion unset otherwise"
@@ -70,7 +72,9 @@ class EngineConfig:
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise UserError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
         if self.max_model_len is not None and self.max_model_len < 2:
-            raise UserError(f"max_model_len must be >= 2 (a prompt token and a new one), got {self.max_model_len}")
+            raise UserError(
+                f"max_model_len must be >= 2 (a prompt token and a new one), got {self.max_model_len}"
+            )
 
     @classmethod
     def from_kwargs(cls, **kwargs: object) -> "EngineConfig":
@@ -78,7 +82,9 @@ class EngineConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
-            raise UserError(f"unknown engine option(s) {unknown}; known: {', '.join(sorted(known))}")
+            raise UserError(
+                f"unknown engine option(s) {unknown}; known: {', '.join(sorted(known))}"
+            )
         return cls(**kwargs)
 
     def scheduler_config(self, max_model_len: int) -> SchedulerConfig:

@@ -27,8 +27,13 @@ __all__ = ["LLMEngine"]
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig, model: torch.nn.Module, tokenizer=None,
-                 capture_progress: bool = True) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        model: torch.nn.Module,
+        tokenizer=None,
+        capture_progress: bool = True,
+    ) -> None:
         self.config = config
         self.model = model
         self.tokenizer = tokenizer
@@ -36,12 +41,17 @@ class LLMEngine:
         self.max_model_len = min(config.max_model_len or model_len, model_len)
         # ANCHOR: engine_init
         # Default KV budget: every running request can reach the full length.
-        num_blocks = config.num_kv_blocks or config.max_num_seqs * math.ceil(self.max_model_len / config.block_size)
-        self.block_manager = BlockManager(num_blocks, config.block_size, enable_prefix_caching=config.enable_prefix_caching)
+        num_blocks = config.num_kv_blocks or config.max_num_seqs * math.ceil(
+            self.max_model_len / config.block_size
+        )
+        self.block_manager = BlockManager(
+            num_blocks, config.block_size, enable_prefix_caching=config.enable_prefix_caching
+        )
         eos = model.config.eos_token_id
         scheduler_class = AsyncScheduler if config.async_scheduling else Scheduler
-        self.scheduler = scheduler_class(config.scheduler_config(self.max_model_len), self.block_manager,
-                                         eos_token_id=eos)
+        self.scheduler = scheduler_class(
+            config.scheduler_config(self.max_model_len), self.block_manager, eos_token_id=eos
+        )
         self.runner = ModelRunner(model, config, self.max_model_len, num_blocks)
         # ANCHOR_END: engine_init
         # Phase 05: compile (if asked), then capture every graph now, before serving;
@@ -75,6 +85,7 @@ class LLMEngine:
         sampled = self.runner.execute_model(output) if not output.is_empty else []
         finished = self.scheduler.update_from_output(output, sampled)
         return self._after_step(output, finished)
+
     # ANCHOR_END: engine_step
 
     # ANCHOR: engine_step_async
@@ -86,23 +97,32 @@ class LLMEngine:
         """
         output = self.scheduler.schedule()  # may plan on placeholders of the step in flight
         self._check_progress(output)
-        launched = self.runner.execute_model(output, non_blocking=True) if not output.is_empty else None
+        launched = (
+            self.runner.execute_model(output, non_blocking=True) if not output.is_empty else None
+        )
         finished: list[Sequence] = []
         if self._in_flight is not None:
             previous, tokens = self._in_flight
-            finished = self.scheduler.update_from_output(previous, tokens.get())  # waits for that step only
+            finished = self.scheduler.update_from_output(
+                previous, tokens.get()
+            )  # waits for that step only
         if launched is None:  # nothing to wait for: close the step at once
             finished += self.scheduler.update_from_output(output, [])
             self._in_flight = None
         else:
             self._in_flight = (output, launched)
         return self._after_step(output, finished)
+
     # ANCHOR_END: engine_step_async
 
     def _check_progress(self, output: SchedulerOutput) -> None:
         """An empty step with requests left and no step in flight would repeat for ever."""
-        if output.is_empty and not output.failed and self._in_flight is None \
-                and self.scheduler.has_unfinished_requests():
+        if (
+            output.is_empty
+            and not output.failed
+            and self._in_flight is None
+            and self.scheduler.has_unfinished_requests()
+        ):
             running, waiting = self.scheduler.get_request_counts()
             raise RuntimeError(
                 f"the scheduler planned nothing although {waiting} request(s) wait and "
@@ -114,6 +134,8 @@ class LLMEngine:
         if not output.is_empty:
             self.stats.record(self.runner.last_step)
         self.stats.num_preemptions = self.scheduler.num_preemptions
-        self.stats.num_failed_requests += sum(1 for seq in finished if seq.finish_reason is FinishReason.ERROR)
+        self.stats.num_failed_requests += sum(
+            1 for seq in finished if seq.finish_reason is FinishReason.ERROR
+        )
         self.runner.free_requests([seq.seq_id for seq in finished])
         return finished

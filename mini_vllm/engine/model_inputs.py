@@ -42,7 +42,7 @@ class ModelInputs:
     # 0 here; the runner copies them from the previous step's samples on the device).
     placeholder_tokens: list[int] = field(default_factory=list)  # token indices
     placeholder_seq_ids: list = field(default_factory=list)  # whose token each one is
-# ANCHOR_END: model_inputs
+    # ANCHOR_END: model_inputs
 
     @property
     def num_tokens(self) -> int:
@@ -82,7 +82,11 @@ def prepare_inputs(output: SchedulerOutput) -> ModelInputs:
         else:
             input_ids.extend(row.new_token_ids)
         positions.extend(row.positions)
-        slots.extend(slot_mapping(row.block_table, row.num_computed_tokens, row.context_len, output.block_size))
+        slots.extend(
+            slot_mapping(
+                row.block_table, row.num_computed_tokens, row.context_len, output.block_size
+            )
+        )
         if row.samples_token:
             # The hidden state of the row's last new token predicts the next token.
             logits_indices.append(len(input_ids) - 1)
@@ -100,6 +104,8 @@ def prepare_inputs(output: SchedulerOutput) -> ModelInputs:
         placeholder_tokens=placeholders,
         placeholder_seq_ids=placeholder_seq_ids,
     )
+
+
 # ANCHOR_END: prepare_inputs
 
 
@@ -134,4 +140,6 @@ def pad_inputs(inputs: ModelInputs, num_tokens: int) -> ModelInputs:
             block_tables=inputs.block_tables + [[] for _ in range(extra)],
         )
     return padded
+
+
 # ANCHOR_END: pad_inputs

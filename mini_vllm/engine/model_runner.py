@@ -98,7 +98,9 @@ def _unbind_kv_caches(model: torch.nn.Module, kv_caches: list[torch.Tensor]) -> 
 
 
 class ModelRunner:
-    def __init__(self, model: torch.nn.Module, config: EngineConfig, max_model_len: int, num_kv_blocks: int) -> None:
+    def __init__(
+        self, model: torch.nn.Module, config: EngineConfig, max_model_len: int, num_kv_blocks: int
+    ) -> None:
         self.model = model
         self.config = config
         weight = next(model.parameters())
@@ -112,8 +114,13 @@ class ModelRunner:
         # ANCHOR: kv_cache
         self.num_kv_blocks = num_kv_blocks
         self.kv_caches = allocate_paged_kv_caches(
-            mc.num_hidden_layers, num_kv_blocks, config.block_size, mc.num_key_value_heads, mc.head_dim,
-            self.dtype, self.device,
+            mc.num_hidden_layers,
+            num_kv_blocks,
+            config.block_size,
+            mc.num_key_value_heads,
+            mc.head_dim,
+            self.dtype,
+            self.device,
         )
         self.attn_backend = PagedAttentionBackend()
         bind_kv_caches(model, self.attn_backend, self.kv_caches)
@@ -131,12 +138,16 @@ class ModelRunner:
         # GPU from one pinned staging copy of it (one copy, no syncs).
         n, width = self.max_num_tokens, self.max_blocks_per_seq
         self._ints = torch.zeros(4 * n + n * width, dtype=torch.long, device=self.device)
-        self.input_ids, self.positions, self.slot_mapping, self.seq_lens = self._ints[: 4 * n].view(4, n).unbind(0)
-        self.block_tables = self._ints[4 * n:].view(n, width)
+        self.input_ids, self.positions, self.slot_mapping, self.seq_lens = (
+            self._ints[: 4 * n].view(4, n).unbind(0)
+        )
+        self.block_tables = self._ints[4 * n :].view(n, width)
         self.slot_mapping.fill_(-1)
         on_gpu = self.device.type == "cuda"
-        self._staging = torch.zeros_like(self._ints, device="cpu", pin_memory=on_gpu) if on_gpu else self._ints
-        self._staging[2 * n:3 * n].fill_(-1)  # slots past a step's tokens stay "write nowhere"
+        self._staging = (
+            torch.zeros_like(self._ints, device="cpu", pin_memory=on_gpu) if on_gpu else self._ints
+        )
+        self._staging[2 * n : 3 * n].fill_(-1)  # slots past a step's tokens stay "write nowhere"
         self._staging_np = self._staging.numpy()
         self._copy_done = torch.cuda.Event() if on_gpu else None
         # ANCHOR_END: persistent_buffers
@@ -155,15 +166,24 @@ class ModelRunner:
         if self.cudagraph_mode is CUDAGraphMode.NONE:
             self.capture_sizes: list[int] = []
         elif config.cudagraph_capture_sizes is not None:
-            self.capture_sizes = normalize_capture_sizes(config.cudagraph_capture_sizes, self.max_num_tokens)
+            self.capture_sizes = normalize_capture_sizes(
+                config.cudagraph_capture_sizes, self.max_num_tokens
+            )
         else:
             self.capture_sizes = default_capture_sizes(config.max_num_seqs, self.max_num_tokens)
-        self.dispatcher = CudagraphDispatcher(self.cudagraph_mode, self.capture_sizes, config.max_num_seqs)
+        self.dispatcher = CudagraphDispatcher(
+            self.cudagraph_mode, self.capture_sizes, config.max_num_seqs
+        )
         self.graph_backend = graph_backend_for(self.device)
         self.graphs: GraphForward = build_graph_forward(
-            model.model, self.cudagraph_mode, self.graph_backend,
-            pool=self.graph_backend.new_pool() if self.cudagraph_mode is not CUDAGraphMode.NONE else None,
-            debug=config.debug_cudagraphs, compilation_mode=self.compilation_mode,
+            model.model,
+            self.cudagraph_mode,
+            self.graph_backend,
+            pool=self.graph_backend.new_pool()
+            if self.cudagraph_mode is not CUDAGraphMode.NONE
+            else None,
+            debug=config.debug_cudagraphs,
+            compilation_mode=self.compilation_mode,
             fusion=config.enable_fusion,
         )
         self.capture_report: CaptureReport | None = None
@@ -178,8 +198,9 @@ class ModelRunner:
         self._prev_sample_row: dict[object, int] = {}
         # Two pinned landing buffers for sampled ids: one step's copy may still be in
         # flight while the next is issued.
-        self._sampled_host = [torch.zeros(config.max_num_seqs, dtype=torch.long, pin_memory=on_gpu)
-                              for _ in range(2)]
+        self._sampled_host = [
+            torch.zeros(config.max_num_seqs, dtype=torch.long, pin_memory=on_gpu) for _ in range(2)
+        ]
         self._sampled_events = [torch.cuda.Event() for _ in range(2)] if on_gpu else [None, None]
         self._sampled_host_index = 0
         self.last_step: StepRecord | None = None
@@ -191,7 +212,9 @@ class ModelRunner:
     def dispatch(self, inputs: ModelInputs) -> tuple[CUDAGraphMode, BatchDescriptor]:
         """Which graph this batch runs on, and the padded key (eager batches stay unpadded)."""
         if self.capture_report is None:  # nothing captured (eager engine, or before capture)
-            return CUDAGraphMode.NONE, BatchDescriptor(inputs.num_tokens, uniform=inputs.uniform_decode)
+            return CUDAGraphMode.NONE, BatchDescriptor(
+                inputs.num_tokens, uniform=inputs.uniform_decode
+            )
         return self.dispatcher.dispatch(inputs.num_tokens, inputs.uniform_decode)
 
     # ANCHOR: copy_inputs
@@ -202,10 +225,10 @@ class ModelRunner:
             self._copy_done.synchronize()  # the previous step's copy has left the staging buffer
         host = self._staging_np
         host[0:n] = inputs.input_ids
-        host[cap:cap + n] = inputs.positions
-        host[2 * cap:2 * cap + n] = inputs.slot_mapping
-        host[3 * cap:3 * cap + reqs] = inputs.seq_lens
-        tables = host[4 * cap:].reshape(cap, self.max_blocks_per_seq)
+        host[cap : cap + n] = inputs.positions
+        host[2 * cap : 2 * cap + n] = inputs.slot_mapping
+        host[3 * cap : 3 * cap + reqs] = inputs.seq_lens
+        tables = host[4 * cap :].reshape(cap, self.max_blocks_per_seq)
         for row, table in enumerate(inputs.block_tables):
             tables[row, : len(table)] = table
         if self._staging is not self._ints:  # GPU: ship them, asynchronously, in one copy
@@ -226,6 +249,7 @@ class ModelRunner:
             seq_lens_host=inputs.seq_lens,
             uniform_decode=inputs.uniform_decode,
         )
+
     # ANCHOR_END: copy_inputs
 
     # ANCHOR: fill_placeholders
@@ -236,20 +260,31 @@ class ModelRunner:
         previous step's samples are still on the device, one row per request.
         """
         if self._prev_sampled is None:
-            raise RuntimeError("a step feeds a token in flight, but no step before it sampled on this runner")
+            raise RuntimeError(
+                "a step feeds a token in flight, but no step before it sampled on this runner"
+            )
         targets = inputs.placeholder_tokens
         sources = [self._prev_sample_row[seq_id] for seq_id in inputs.placeholder_seq_ids]
         if targets == sources == list(range(len(targets))):
             # Pure decode, same requests in the same order: one contiguous copy.
-            self.input_ids[:len(targets)].copy_(self._prev_sampled[:len(targets)])
+            self.input_ids[: len(targets)].copy_(self._prev_sampled[: len(targets)])
         else:
-            index = torch.tensor([targets, sources], dtype=torch.long).to(self.device, non_blocking=True)
+            index = torch.tensor([targets, sources], dtype=torch.long).to(
+                self.device, non_blocking=True
+            )
             self.input_ids.index_copy_(0, index[0], self._prev_sampled.index_select(0, index[1]))
+
     # ANCHOR_END: fill_placeholders
 
-    def _forward_context(self, mode: CUDAGraphMode, descriptor: BatchDescriptor | None,
-                         metadata: PagedAttentionMetadata):
-        return set_forward_context(mode, descriptor, metadata, no_compile_layers=self.static_forward_context)
+    def _forward_context(
+        self,
+        mode: CUDAGraphMode,
+        descriptor: BatchDescriptor | None,
+        metadata: PagedAttentionMetadata,
+    ):
+        return set_forward_context(
+            mode, descriptor, metadata, no_compile_layers=self.static_forward_context
+        )
 
     def _table_width(self, inputs: ModelInputs, runtime_mode: CUDAGraphMode) -> int:
         if runtime_mode is CUDAGraphMode.FULL:
@@ -259,7 +294,9 @@ class ModelRunner:
 
     # ANCHOR: execute_model
     @torch.inference_mode()
-    def execute_model(self, output: SchedulerOutput, non_blocking: bool = False) -> "list[int | None] | SampledTokens":
+    def execute_model(
+        self, output: SchedulerOutput, non_blocking: bool = False
+    ) -> "list[int | None] | SampledTokens":
         """Run one step; return the sampled token of each row (None: the row samples nothing).
 
         `non_blocking` (async scheduling): return at once with a `SampledTokens` handle
@@ -283,7 +320,9 @@ class ModelRunner:
             if inputs.logits_indices == list(range(k)):
                 selected = hidden_states[:k]
             else:
-                rows = torch.tensor(inputs.logits_indices, dtype=torch.long).to(self.device, non_blocking=True)
+                rows = torch.tensor(inputs.logits_indices, dtype=torch.long).to(
+                    self.device, non_blocking=True
+                )
                 selected = hidden_states.index_select(0, rows)
             logits = self.model.compute_logits(selected)
             seqs = [output.scheduled[r].seq for r in inputs.sampling_rows]
@@ -300,13 +339,17 @@ class ModelRunner:
                     sampled[row] = token
         elif non_blocking:
             handle = SampledTokens(None, None, [], output.num_reqs)
-        self.last_step = self._record(output, inputs, padded, runtime_mode, time.perf_counter() - start,
-                                      forward_seconds)
+        self.last_step = self._record(
+            output, inputs, padded, runtime_mode, time.perf_counter() - start, forward_seconds
+        )
         return handle if non_blocking else sampled
+
     # ANCHOR_END: execute_model
 
     # ANCHOR: copy_out
-    def _copy_out(self, sampled_ids: torch.Tensor, rows: list[int], num_rows: int) -> "SampledTokens":
+    def _copy_out(
+        self, sampled_ids: torch.Tensor, rows: list[int], num_rows: int
+    ) -> "SampledTokens":
         """Start the copy of the sampled ids to the host; an event marks its end."""
         host = self._sampled_host[self._sampled_host_index][: len(rows)]
         event = self._sampled_events[self._sampled_host_index]
@@ -315,6 +358,7 @@ class ModelRunner:
         if event is not None:
             event.record()
         return SampledTokens(host, event, rows, num_rows)
+
     # ANCHOR_END: copy_out
 
     # -- Phase 05: capture ------------------------------------------------------------
@@ -325,12 +369,18 @@ class ModelRunner:
         n = descriptor.num_tokens
         rows = n if descriptor.uniform else 1  # a mixed key: one request of n tokens
         return ModelInputs(
-            input_ids=[0] * n, positions=[0] * n, slot_mapping=[-1] * n,
+            input_ids=[0] * n,
+            positions=[0] * n,
+            slot_mapping=[-1] * n,
             query_lens=[1] * n if descriptor.uniform else [n],
             seq_lens=[1] * rows if descriptor.uniform else [n],
-            block_tables=[[] for _ in range(rows)], logits_indices=[], sampling_rows=[],
-            uniform_decode=descriptor.uniform, num_real_tokens=n,
+            block_tables=[[] for _ in range(rows)],
+            logits_indices=[],
+            sampling_rows=[],
+            uniform_decode=descriptor.uniform,
+            num_real_tokens=n,
         )
+
     # ANCHOR_END: dummy_inputs
 
     # ANCHOR: compile_model
@@ -352,10 +402,16 @@ class ModelRunner:
                 self.graphs.forward(self.input_ids[:n], self.positions[:n])
             self.graph_backend.synchronize()
 
-        self.compile_report = compile_and_record(self.model.config, self.compilation_mode, self.device,
-                                                 self.graphs.compile_stats, run_once,
-                                                 fusion=self.graphs.fusion)
+        self.compile_report = compile_and_record(
+            self.model.config,
+            self.compilation_mode,
+            self.device,
+            self.graphs.compile_stats,
+            run_once,
+            fusion=self.graphs.fusion,
+        )
         return self.compile_report
+
     # ANCHOR_END: compile_model
 
     # ANCHOR: capture_model
@@ -373,13 +429,20 @@ class ModelRunner:
         gc.freeze()  # capture creates many objects; don't let the collector walk them all
         set_cudagraph_capturing_enabled(True)
         try:
-            for mode, descriptor in tqdm(keys, desc=f"capturing {self.cudagraph_mode.name} graphs",
-                                         unit="graph", disable=not progress):
+            for mode, descriptor in tqdm(
+                keys,
+                desc=f"capturing {self.cudagraph_mode.name} graphs",
+                unit="graph",
+                disable=not progress,
+            ):
                 inputs = self._dummy_inputs(descriptor)
                 n = inputs.num_tokens
                 width = self._table_width(inputs, mode)
                 metadata = self._copy_in(inputs, width)
-                with self.graph_backend.warmup_context(), self._forward_context(CUDAGraphMode.NONE, descriptor, metadata):
+                with (
+                    self.graph_backend.warmup_context(),
+                    self._forward_context(CUDAGraphMode.NONE, descriptor, metadata),
+                ):
                     self.graphs.forward(self.input_ids[:n], self.positions[:n])
                 with self._forward_context(mode, descriptor, metadata):
                     self.graphs.forward(self.input_ids[:n], self.positions[:n])
@@ -388,7 +451,9 @@ class ModelRunner:
             set_cudagraph_capturing_enabled(False)
             gc.unfreeze()
         free_after = self.graph_backend.free_memory()
-        memory = free_before - free_after if free_before is not None and free_after is not None else None
+        memory = (
+            free_before - free_after if free_before is not None and free_after is not None else None
+        )
         self.capture_report = CaptureReport(
             num_graphs=self.graphs.num_captured_graphs,
             sizes=sorted({k.num_tokens for _, k in keys}, reverse=True),
@@ -396,11 +461,14 @@ class ModelRunner:
             graph_memory_bytes=memory,
         )
         logger.info(
-            "captured %d graphs for %d sizes in %.2f s%s", self.capture_report.num_graphs,
-            len(self.capture_report.sizes), self.capture_report.seconds,
+            "captured %d graphs for %d sizes in %.2f s%s",
+            self.capture_report.num_graphs,
+            len(self.capture_report.sizes),
+            self.capture_report.seconds,
             "" if memory is None else f", graph memory {memory / 2**20:.1f} MiB",
         )
         return self.capture_report
+
     # ANCHOR_END: capture_model
 
     def _generator(self, seq) -> torch.Generator | None:
@@ -418,8 +486,14 @@ class ModelRunner:
         return time.perf_counter()
 
     @staticmethod
-    def _record(output, inputs: ModelInputs, padded: ModelInputs, mode: CUDAGraphMode, seconds: float,
-                forward_seconds: float) -> StepRecord:
+    def _record(
+        output,
+        inputs: ModelInputs,
+        padded: ModelInputs,
+        mode: CUDAGraphMode,
+        seconds: float,
+        forward_seconds: float,
+    ) -> StepRecord:
         prefill = sum(row.num_new_tokens for row in output.scheduled if row.is_prefill)
         return StepRecord(
             num_reqs=inputs.num_reqs,

@@ -133,6 +133,7 @@ class Scheduler:
                 f"{self.block_manager.num_blocks}; give the cache more blocks or shorten the request"
             )
         return None
+
     # ANCHOR_END: why_never_runs
 
     # -- one step -----------------------------------------------------------------
@@ -237,6 +238,7 @@ class Scheduler:
             if victim is seq:
                 return False
         return True
+
     # ANCHOR_END: make_room
 
     # ANCHOR: preempt
@@ -255,6 +257,7 @@ class Scheduler:
         seq.num_preemptions += 1
         self.num_preemptions += 1
         self._waiting.appendleft(seq)
+
     # ANCHOR_END: preempt
 
     # -- after the forward --------------------------------------------------------
@@ -267,7 +270,9 @@ class Scheduler:
         `output.scheduled`, in order; rows with samples_token False are ignored (None
         is fine there). Returns the requests that finished, failures included."""
         if not self._in_flight or output is not self._in_flight[0]:
-            raise RuntimeError("this SchedulerOutput is not the step in flight; pass the one schedule() returned last")
+            raise RuntimeError(
+                "this SchedulerOutput is not the step in flight; pass the one schedule() returned last"
+            )
         if len(sampled_token_ids) != len(output.scheduled):
             raise ValueError(
                 f"got {len(sampled_token_ids)} sampled token(s) for {len(output.scheduled)} scheduled row(s)"
@@ -275,7 +280,9 @@ class Scheduler:
         tokens = []  # checked before anything changes, so a bad token leaves no half-applied step
         for row, token in zip(output.scheduled, sampled_token_ids):
             if row.samples_token and token is None:
-                raise ValueError(f"request {row.seq_id!r} reached its last token this step but no token was sampled")
+                raise ValueError(
+                    f"request {row.seq_id!r} reached its last token this step but no token was sampled"
+                )
             tokens.append(as_token_id(token) if row.samples_token else None)
         self._in_flight.popleft()
         self._step += 1
@@ -307,14 +314,22 @@ class Scheduler:
         self._live_ids.discard(seq.seq_id)
         seq.finish(reason)
         finished.append(seq)
+
     # ANCHOR_END: update_from_output
 
     # ANCHOR: stop_reason
     def _stop_reason(self, seq: Sequence, token: int) -> FinishReason | None:
         # Tokens still in flight under async scheduling (placeholders) do not count yet.
         pending = seq.num_output_placeholders
-        return check_stop(token, seq.num_output_tokens - pending, seq.sampling_params, self.eos_token_ids,
-                          num_tokens=seq.num_tokens - pending, max_model_len=self.config.max_model_len)
+        return check_stop(
+            token,
+            seq.num_output_tokens - pending,
+            seq.sampling_params,
+            self.eos_token_ids,
+            num_tokens=seq.num_tokens - pending,
+            max_model_len=self.config.max_model_len,
+        )
+
     # ANCHOR_END: stop_reason
 
     def __repr__(self) -> str:

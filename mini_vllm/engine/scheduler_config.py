@@ -21,7 +21,7 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 512  # tokens one step may compute, all requests together
     max_model_len: int = 2048  # prompt + generated tokens one request may reach
     enable_chunked_prefill: bool = True  # split a prompt that does not fit the step's budget
-# ANCHOR_END: scheduler_config
+    # ANCHOR_END: scheduler_config
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):

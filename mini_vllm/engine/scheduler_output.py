@@ -56,6 +56,8 @@ class ScheduledSequence:
     @property
     def positions(self) -> range:
         return range(self.num_computed_tokens, self.context_len)
+
+
 # ANCHOR_END: scheduled_sequence
 
 
@@ -67,7 +69,9 @@ class SchedulerOutput:
     scheduled: tuple[ScheduledSequence, ...]
     block_size: int
     preempted_ids: tuple[Hashable, ...] = ()  # sent back to the waiting queue this step
-    failed: tuple[Sequence, ...] = ()  # finished with an error since the last step; not in `scheduled`
+    failed: tuple[
+        Sequence, ...
+    ] = ()  # finished with an error since the last step; not in `scheduled`
 
     @property
     def num_reqs(self) -> int:
@@ -111,10 +115,13 @@ class SchedulerOutput:
         return bool(self.scheduled) and all(
             row.num_new_tokens == 1 and not row.is_prefill for row in self.scheduled
         )
+
     # ANCHOR_END: uniform_decode
 
     def __repr__(self) -> str:
-        kind = "uniform decode" if self.is_uniform_decode else ("empty" if self.is_empty else "mixed")
+        kind = (
+            "uniform decode" if self.is_uniform_decode else ("empty" if self.is_empty else "mixed")
+        )
         extra = ""
         if self.preempted_ids:
             extra += f", preempted {list(self.preempted_ids)}"

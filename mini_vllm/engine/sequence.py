@@ -71,6 +71,8 @@ def check_stop(
     if max_model_len is not None and num_tokens is not None and num_tokens >= max_model_len:
         return FinishReason.LENGTH
     return None
+
+
 # ANCHOR_END: check_stop
 
 
@@ -106,7 +108,9 @@ class Sequence:
         if sampling_params is None:
             sampling_params = SamplingParams()
         if not isinstance(sampling_params, SamplingParams):
-            raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
+            raise TypeError(
+                f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}"
+            )
         self.seq_id = seq_id
         self.prompt_token_ids: tuple[int, ...] = prompt
         self.num_prompt_tokens = len(prompt)
@@ -138,7 +142,7 @@ class Sequence:
 
     @property
     def output_token_ids(self) -> tuple[int, ...]:
-        return tuple(self._token_ids[len(self.prompt_token_ids):])
+        return tuple(self._token_ids[len(self.prompt_token_ids) :])
 
     @property
     def token_ids(self) -> tuple[int, ...]:
@@ -172,6 +176,7 @@ class Sequence:
         resumed prefill from a decode).
         """
         return self.num_computed_tokens < max(self.num_prompt_tokens, len(self._token_ids) - 1)
+
     # ANCHOR_END: progress
 
     @property
@@ -202,8 +207,9 @@ class Sequence:
     def drop_placeholders(self) -> None:
         """Forget the tokens still in flight (the request stopped before them)."""
         if self.num_output_placeholders:
-            del self._token_ids[-self.num_output_placeholders:]
+            del self._token_ids[-self.num_output_placeholders :]
             self.num_output_placeholders = 0
+
     # ANCHOR_END: placeholders
 
     def finish(self, reason: FinishReason, error: str | None = None) -> None:
@@ -216,7 +222,9 @@ class Sequence:
         self.error = error
 
     def __repr__(self) -> str:
-        state = self.status.value if not self.is_finished else f"finished:{self.finish_reason.value}"
+        state = (
+            self.status.value if not self.is_finished else f"finished:{self.finish_reason.value}"
+        )
         return (
             f"Sequence({self.seq_id!r}, {state}, prompt={self.num_prompt_tokens}, "
             f"out={self.num_output_tokens}, computed={self.num_computed_tokens}, "

@@ -28,7 +28,11 @@ class StepRecord:
     uniform_decode: bool  # every row decodes one token
     runtime_mode: str  # "NONE", "PIECEWISE" or "FULL"
     seconds: float  # wall time of input preparation, the forward and sampling
-    forward_seconds: float = 0.0  # the forward alone, device-synchronised (only when the runner times it)
+    forward_seconds: float = (
+        0.0  # the forward alone, device-synchronised (only when the runner times it)
+    )
+
+
 # ANCHOR_END: step_record
 
 
@@ -43,9 +47,13 @@ class EngineStats:
     num_steps: int = 0  # steps that ran a forward
     prefill_tokens: int = 0  # prompt tokens computed (a preempted request's are counted again)
     decode_tokens: int = 0
-    steps_per_runtime_mode: Counter = field(default_factory=Counter)  # {"NONE" / "PIECEWISE" / "FULL": steps}
+    steps_per_runtime_mode: Counter = field(
+        default_factory=Counter
+    )  # {"NONE" / "PIECEWISE" / "FULL": steps}
     # ANCHOR: batch_size_histograms
-    batch_size_histogram: Counter = field(default_factory=Counter)  # {rows in the batch: steps}, every step
+    batch_size_histogram: Counter = field(
+        default_factory=Counter
+    )  # {rows in the batch: steps}, every step
     # {rows: steps} over uniform-decode steps only: the trace a capture ladder is chosen from
     decode_batch_size_histogram: Counter = field(default_factory=Counter)
 
@@ -61,6 +69,7 @@ class EngineStats:
         self.batch_size_histogram[step.num_reqs] += 1
         if step.uniform_decode:
             self.decode_batch_size_histogram[step.num_reqs] += 1
+
     # ANCHOR_END: batch_size_histograms
 
     def __post_init__(self) -> None:

@@ -31,6 +31,8 @@ __all__ = ["SiluAndMul", "silu_and_mul_native"]
 def silu_and_mul_native(gate_up: torch.Tensor) -> torch.Tensor:
     gate, up = gate_up.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
 # ANCHOR_END: swiglu
 
 
@@ -45,7 +47,11 @@ if triton is not None:
         up = tl.load(x_ptr + row * stride_x + K + cols, mask=mask, other=0.0)
         g = gate.to(tl.float32)
         activated = (g * tl.sigmoid(g)).to(gate.dtype)  # rounded where torch rounds
-        tl.store(out_ptr + row * K + cols, (activated.to(tl.float32) * up.to(tl.float32)).to(gate.dtype), mask=mask)
+        tl.store(
+            out_ptr + row * K + cols,
+            (activated.to(tl.float32) * up.to(tl.float32)).to(gate.dtype),
+            mask=mask,
+        )
 
 
 @torch.library.custom_op("mini_vllm::silu_and_mul", mutates_args=())
@@ -55,7 +61,9 @@ def silu_and_mul_op(gate_up: torch.Tensor) -> torch.Tensor:
     rows, k = gate_up.shape[0], gate_up.shape[1] // 2
     out = gate_up.new_empty((rows, k))
     if rows:
-        _silu_and_mul_kernel[(rows, triton.cdiv(k, 1024))](gate_up, out, k, gate_up.stride(0), BLOCK=1024)
+        _silu_and_mul_kernel[(rows, triton.cdiv(k, 1024))](
+            gate_up, out, k, gate_up.stride(0), BLOCK=1024
+        )
     return out
 
 

@@ -30,10 +30,14 @@ __all__ = ["Attention", "attention_layers", "bind_kv_caches", "static_forward_co
 
 
 class Attention(nn.Module):
-    def __init__(self, layer_idx: int, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
+    def __init__(
+        self, layer_idx: int, num_heads: int, num_kv_heads: int, head_dim: int, scale: float
+    ) -> None:
         super().__init__()
         if num_heads % num_kv_heads:
-            raise UserError(f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
+            raise UserError(
+                f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})"
+            )
         self.layer_idx = layer_idx
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
@@ -68,13 +72,21 @@ class Attention(nn.Module):
             )
         if self.use_custom_op:
             if output is None:
-                raise RuntimeError("the compiled attention op writes into an output buffer; pass `output`")
+                raise RuntimeError(
+                    "the compiled attention op writes into an output buffer; pass `output`"
+                )
             torch.ops.mini_vllm.attention(q, k, v, output, self.layer_name)
             return output
         return self.run_backend(q, k, v, output)
 
-    def run_backend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor | None = None,
-                    rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    def run_backend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        output: torch.Tensor | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """The backend's attention over this layer's KV cache, with the step's metadata from
         the forward context (what the compiled op calls too). `rope` (positions, table):
         q and k still need rotating; a backend that cannot rotate inside its kernel gets
@@ -84,7 +96,9 @@ class Attention(nn.Module):
             rope = None
         metadata = get_forward_context().attn_metadata
         num_tokens = q.shape[0]
-        target = output.view(num_tokens, self.num_heads, self.head_dim) if output is not None else None
+        target = (
+            output.view(num_tokens, self.num_heads, self.head_dim) if output is not None else None
+        )
         out = self.impl.forward(
             q.view(num_tokens, self.num_heads, self.head_dim),
             k.view(num_tokens, self.num_kv_heads, self.head_dim),
@@ -99,16 +113,21 @@ class Attention(nn.Module):
         if out is not target:  # the backend did not write in place
             target.copy_(out)
         return output
+
     # ANCHOR_END: attention_layer_forward
 
     def extra_repr(self) -> str:
-        return (f"layer_idx={self.layer_idx}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
-                f"head_dim={self.head_dim}, scale={self.scale:.4g}")
+        return (
+            f"layer_idx={self.layer_idx}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
+            f"head_dim={self.head_dim}, scale={self.scale:.4g}"
+        )
 
 
 def attention_layers(model: nn.Module) -> list[Attention]:
     """The model's Attention layers, in layer order."""
-    return sorted((m for m in model.modules() if isinstance(m, Attention)), key=lambda m: m.layer_idx)
+    return sorted(
+        (m for m in model.modules() if isinstance(m, Attention)), key=lambda m: m.layer_idx
+    )
 
 
 def static_forward_context(model: nn.Module) -> dict[str, Attention]:
@@ -120,12 +139,16 @@ def static_forward_context(model: nn.Module) -> dict[str, Attention]:
     """
     layers = model.__dict__.get("_static_forward_context")
     if layers is None:
-        layers = model.__dict__["_static_forward_context"] = {a.layer_name: a for a in attention_layers(model)}
+        layers = model.__dict__["_static_forward_context"] = {
+            a.layer_name: a for a in attention_layers(model)
+        }
     return layers
 
 
 # ANCHOR: bind_kv_caches
-def bind_kv_caches(model: nn.Module, backend: "AttentionBackend | None", kv_caches: "list[torch.Tensor] | None") -> None:
+def bind_kv_caches(
+    model: nn.Module, backend: "AttentionBackend | None", kv_caches: "list[torch.Tensor] | None"
+) -> None:
     """Give every Attention layer its backend and its own cache tensor, layer by layer.
 
     Passing `None` for both unbinds (frees the references to the cache).
@@ -134,8 +157,12 @@ def bind_kv_caches(model: nn.Module, backend: "AttentionBackend | None", kv_cach
     if kv_caches is None:
         kv_caches = [None] * len(layers)
     if len(kv_caches) != len(layers):
-        raise ValueError(f"got {len(kv_caches)} KV cache tensors for {len(layers)} attention layers")
+        raise ValueError(
+            f"got {len(kv_caches)} KV cache tensors for {len(layers)} attention layers"
+        )
     for layer, cache in zip(layers, kv_caches):
         layer.impl = backend
         layer.kv_cache = cache
+
+
 # ANCHOR_END: bind_kv_caches

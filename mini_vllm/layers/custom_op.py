@@ -95,4 +95,6 @@ class CustomOp(nn.Module):
 
     def forward_cpu(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward_native(*args, **kwargs)
+
+
 # ANCHOR_END: custom_op

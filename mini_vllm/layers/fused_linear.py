@@ -34,15 +34,21 @@ from mini_vllm.layers.triton_gemv import (
 __all__ = ["fused_add_rms_norm_linear", "rms_norm_linear", "silu_and_mul_linear"]
 
 
-def _one_row_gemv(x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None = None) -> bool:
-    return (x.shape[0] == 1 and triton_gemv_available(x, weight)
-            and (norm_weight is None or norm_weight.dtype == x.dtype))
+def _one_row_gemv(
+    x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None = None
+) -> bool:
+    return (
+        x.shape[0] == 1
+        and triton_gemv_available(x, weight)
+        and (norm_weight is None or norm_weight.dtype == x.dtype)
+    )
 
 
 # ANCHOR: fused_ops
 @torch.library.custom_op("mini_vllm::rms_norm_linear", mutates_args=())
-def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-                    weight: torch.Tensor) -> torch.Tensor:
+def rms_norm_linear(
+    x: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor
+) -> torch.Tensor:
     """linear(RMSNorm(x), weight)."""
     if _one_row_gemv(x, weight, norm_weight):
         return triton_rms_norm_gemv(x, None, norm_weight, eps, weight)
@@ -50,8 +56,13 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, eps: float,
 
 
 @torch.library.custom_op("mini_vllm::fused_add_rms_norm_linear", mutates_args=())
-def fused_add_rms_norm_linear(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor,
-                              eps: float, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def fused_add_rms_norm_linear(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(linear(RMSNorm(x + residual), weight), x + residual)."""
     if _one_row_gemv(x, weight, norm_weight) and residual.is_contiguous():
         return triton_rms_norm_gemv(x, residual, norm_weight, eps, weight)
@@ -65,6 +76,8 @@ def silu_and_mul_linear(gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Te
     if _one_row_gemv(gate_up, weight) and gate_up.is_contiguous():
         return triton_silu_and_mul_gemv(gate_up, weight)
     return linear(silu_and_mul_op(gate_up), weight)
+
+
 # ANCHOR_END: fused_ops
 
 

@@ -37,6 +37,8 @@ def rms_norm_native(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
     xf = x.float()
     variance = xf.pow(2).mean(-1, keepdim=True)
     return (xf * torch.rsqrt(variance + eps)).to(x.dtype) * weight
+
+
 # ANCHOR_END: rms_norm_native
 
 
@@ -53,8 +55,9 @@ def _rms_norm_fake(x, weight, eps):
 
 
 @torch.library.custom_op("mini_vllm::fused_add_rms_norm", mutates_args=())
-def fused_add_rms_norm_op(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                          eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def fused_add_rms_norm_op(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(RMSNorm(x + residual), x + residual)."""
     if triton_rmsnorm_available(x) and x.dtype == weight.dtype and residual.stride(-1) == 1:
         return triton_rmsnorm(x, weight, eps, residual)
@@ -78,18 +81,25 @@ class RMSNorm(CustomOp):
     def forward_native(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        return self._add_then_normalise(x, residual, lambda h: rms_norm_native(h, self.weight, self.eps))
+        return self._add_then_normalise(
+            x, residual, lambda h: rms_norm_native(h, self.weight, self.eps)
+        )
 
     def forward_cpu(self, x, residual=None):
         if x.dtype != torch.float32:
             return self.forward_native(x, residual)
         # One ATen op, half the time of the spelled-out version at batch 1; the same
         # arithmetic in float32 (vLLM: forward_cpu).
-        return self._add_then_normalise(x, residual, lambda h: F.rms_norm(h, (self.hidden_size,), self.weight, self.eps))
+        return self._add_then_normalise(
+            x, residual, lambda h: F.rms_norm(h, (self.hidden_size,), self.weight, self.eps)
+        )
 
     def forward_cuda(self, x, residual=None):
-        if (triton_rmsnorm_available(x) and x.dtype == self.weight.dtype
-                and (residual is None or residual.stride(-1) == 1)):
+        if (
+            triton_rmsnorm_available(x)
+            and x.dtype == self.weight.dtype
+            and (residual is None or residual.stride(-1) == 1)
+        ):
             # The add and the norm as one Triton kernel instead of about nine (vLLM: forward_cuda).
             return triton_rmsnorm(x, self.weight, self.eps, residual)
         return self.forward_native(x, residual)
@@ -108,6 +118,7 @@ class RMSNorm(CustomOp):
         # from the reference no more than they must; the sum is the new residual stream.
         x = x + residual
         return normalise(x), x
+
     # ANCHOR_END: rmsnorm
 
     def extra_repr(self) -> str:

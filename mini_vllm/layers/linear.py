@@ -44,8 +44,16 @@ from mini_vllm.errors import UserError
 from mini_vllm.layers.custom_op import CustomOp
 from mini_vllm.layers.triton_gemv import triton_gemv, triton_gemv_available
 
-__all__ = ["LinearBase", "MergedColumnLinear", "QKVLinear", "ReplicatedLinear", "cpu_gemv_layout", "new_weight",
-           "split_k_linear", "weight_slices"]
+__all__ = [
+    "LinearBase",
+    "MergedColumnLinear",
+    "QKVLinear",
+    "ReplicatedLinear",
+    "cpu_gemv_layout",
+    "new_weight",
+    "split_k_linear",
+    "weight_slices",
+]
 
 # Up to this many rows (tokens) the split over threads pays: a decode step (one row per
 # sequence) is memory-bound, and a short prompt is not far from it. Measured on the 2-core
@@ -84,6 +92,8 @@ def split_k_linear(x: torch.Tensor, slices: torch.Tensor) -> torch.Tensor:
     # One batched product: each thread reads its own slice of the matrix.
     partial = torch.bmm(x_slices, slices)  # [parts, T, out]
     return partial.sum(0)  # the "all-reduce" of the partial sums
+
+
 # ANCHOR_END: split_k_linear
 
 
@@ -155,9 +165,12 @@ class LinearBase(CustomOp):
     def forward_custom_op(self, x: torch.Tensor) -> torch.Tensor:
         # Compiling for the fusion passes (any device): one node the passes can match.
         return torch.ops.mini_vllm.linear(x, self.weight)
+
     # ANCHOR_END: linear_dispatch
 
-    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
+    def weight_loader(
+        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None
+    ) -> None:
         _check_shape(param.data, loaded, f"{type(self).__name__}")
         param.data.copy_(loaded)
 
@@ -177,16 +190,23 @@ class QKVLinear(LinearBase):
         self.q_size = num_heads * head_dim
         self.kv_size = num_kv_heads * head_dim
         super().__init__(hidden_size, self.q_size + 2 * self.kv_size)
-        self._offsets = {"q": (0, self.q_size), "k": (self.q_size, self.kv_size),
-                         "v": (self.q_size + self.kv_size, self.kv_size)}
+        self._offsets = {
+            "q": (0, self.q_size),
+            "k": (self.q_size, self.kv_size),
+            "v": (self.q_size + self.kv_size, self.kv_size),
+        }
 
-    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
+    def weight_loader(
+        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None
+    ) -> None:
         if shard_id not in self._offsets:
             raise ValueError(f"QKVLinear shard must be 'q', 'k' or 'v', got {shard_id!r}")
         start, size = self._offsets[shard_id]
         rows = param.data.narrow(0, start, size)
         _check_shape(rows, loaded, f"QKVLinear shard {shard_id!r}")
         rows.copy_(loaded)
+
+
 # ANCHOR_END: qkv_linear
 
 
@@ -197,9 +217,13 @@ class MergedColumnLinear(LinearBase):
         super().__init__(input_size, sum(output_sizes))
         self.output_sizes = list(output_sizes)
 
-    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None) -> None:
+    def weight_loader(
+        self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None
+    ) -> None:
         if not isinstance(shard_id, int) or not 0 <= shard_id < len(self.output_sizes):
-            raise ValueError(f"MergedColumnLinear shard must be 0..{len(self.output_sizes) - 1}, got {shard_id!r}")
+            raise ValueError(
+                f"MergedColumnLinear shard must be 0..{len(self.output_sizes) - 1}, got {shard_id!r}"
+            )
         start = sum(self.output_sizes[:shard_id])
         rows = param.data.narrow(0, start, self.output_sizes[shard_id])
         _check_shape(rows, loaded, f"MergedColumnLinear shard {shard_id}")
@@ -208,5 +232,7 @@ class MergedColumnLinear(LinearBase):
 
 def _check_shape(target: torch.Tensor, loaded: torch.Tensor, what: str) -> None:
     if tuple(target.shape) != tuple(loaded.shape):
-        raise UserError(f"{what}: checkpoint tensor has shape {tuple(loaded.shape)}, "
-                         f"the model expects {tuple(target.shape)}")
+        raise UserError(
+            f"{what}: checkpoint tensor has shape {tuple(loaded.shape)}, "
+            f"the model expects {tuple(target.shape)}"
+        )

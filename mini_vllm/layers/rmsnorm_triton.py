@@ -37,12 +37,21 @@ def triton_rmsnorm_available(x: torch.Tensor) -> bool:
 
 
 if triton is not None:
-
     # ANCHOR: rmsnorm_kernel
     @triton.jit
-    def _rmsnorm_kernel(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr,
-                        stride_x, stride_r, hidden, eps,
-                        HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+    def _rmsnorm_kernel(
+        x_ptr,
+        residual_ptr,
+        weight_ptr,
+        out_ptr,
+        residual_out_ptr,
+        stride_x,
+        stride_r,
+        hidden,
+        eps,
+        HAS_RESIDUAL: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
         row = tl.program_id(0)
         offsets = tl.arange(0, BLOCK)
         mask = offsets < hidden
@@ -57,19 +66,30 @@ if triton is not None:
         weight = tl.load(weight_ptr + offsets, mask=mask, other=0.0)
         out = (normed.to(tl.float32) * weight.to(tl.float32)).to(x.dtype)
         tl.store(out_ptr + row * hidden + offsets, out, mask=mask)
+
     # ANCHOR_END: rmsnorm_kernel
 
 
-def triton_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float,
-                   residual: torch.Tensor | None = None):
+def triton_rmsnorm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+):
     """`RMSNorm.forward` on [tokens, hidden] CUDA tensors, in one kernel launch."""
     tokens, hidden = x.shape
     out = torch.empty((tokens, hidden), dtype=x.dtype, device=x.device)
     residual_out = torch.empty_like(out) if residual is not None else out
     if tokens:
         _rmsnorm_kernel[(tokens,)](
-            x, residual if residual is not None else x, weight, out, residual_out,
-            x.stride(0), residual.stride(0) if residual is not None else 0, hidden, eps,
-            HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(hidden), num_warps=4,
+            x,
+            residual if residual is not None else x,
+            weight,
+            out,
+            residual_out,
+            x.stride(0),
+            residual.stride(0) if residual is not None else 0,
+            hidden,
+            eps,
+            HAS_RESIDUAL=residual is not None,
+            BLOCK=triton.next_power_of_2(hidden),
+            num_warps=4,
         )
     return out if residual is None else (out, residual_out)

@@ -30,17 +30,26 @@ import torch
 
 from mini_vllm.layers.custom_op import CustomOp
 
-__all__ = ["RotaryEmbedding", "apply_deferred_rope", "rope_inverse_frequencies", "rotary_embedding_op"]
+__all__ = [
+    "RotaryEmbedding",
+    "apply_deferred_rope",
+    "rope_inverse_frequencies",
+    "rotary_embedding_op",
+]
 
 
 # ANCHOR: inv_freq
-def rope_inverse_frequencies(rotary_dim: int, base: float, scaling: dict[str, Any] | None = None) -> torch.Tensor:
+def rope_inverse_frequencies(
+    rotary_dim: int, base: float, scaling: dict[str, Any] | None = None
+) -> torch.Tensor:
     """The rotation speed of each channel pair, in float32 (`[rotary_dim // 2]`)."""
     exponents = torch.arange(0, rotary_dim, 2, dtype=torch.int64).to(torch.float32) / rotary_dim
-    inv_freq = 1.0 / (base ** exponents)
+    inv_freq = 1.0 / (base**exponents)
     if scaling is not None:
         inv_freq = _llama3_rescale(inv_freq, scaling)
     return inv_freq
+
+
 # ANCHOR_END: inv_freq
 
 
@@ -107,7 +116,9 @@ class RotaryEmbedding(CustomOp):
         if not self.is_neox_style:
             return self.forward_native(positions, query, key)
         # Compiling for the fusion passes: one node, which the pass folds into attention.
-        return tuple(torch.ops.mini_vllm.rotary_embedding(positions, query, key, self.cos_sin_cache))
+        return tuple(
+            torch.ops.mini_vllm.rotary_embedding(positions, query, key, self.cos_sin_cache)
+        )
 
     def _rotate_query_and_key(self, positions, query, key, eager: bool):
         num_tokens = positions.shape[0]
@@ -133,6 +144,7 @@ class RotaryEmbedding(CustomOp):
         # Interleaved (GPT-J / llama.cpp): channel 2i pairs with 2i + 1.
         x1, x2 = x[..., 0::2], x[..., 1::2]
         return torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+
     # ANCHOR_END: rope
 
     def extra_repr(self) -> str:
@@ -140,8 +152,9 @@ class RotaryEmbedding(CustomOp):
 
 
 @torch.library.custom_op("mini_vllm::rotary_embedding", mutates_args=())
-def rotary_embedding_op(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor,
-                        cos_sin_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_embedding_op(
+    positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Neox-style RoPE of query `[T, H*D]` and key `[T, Hkv*D]` with a RotaryEmbedding's table.
 
     vLLM: `torch.ops._C.rotary_embedding` (csrc/pos_encoding_kernels.cu). The fusion pass
@@ -160,17 +173,22 @@ def _rotary_embedding_fake(positions, query, key, cos_sin_cache):
     return query.new_empty(query.shape), key.new_empty(key.shape)
 
 
-def apply_deferred_rope(rope: tuple[torch.Tensor, torch.Tensor], query: torch.Tensor,
-                        key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def apply_deferred_rope(
+    rope: tuple[torch.Tensor, torch.Tensor], query: torch.Tensor, key: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotate q and k (`[T, ...]`, any head layout) by a fused attention op's `rope`
     (positions, table): for the attention paths that have no kernel rotating them."""
     positions, table = rope
     num_tokens = query.shape[0]
-    q_rot, k_rot = rotary_embedding_op(positions, query.reshape(num_tokens, -1), key.reshape(num_tokens, -1), table)
+    q_rot, k_rot = rotary_embedding_op(
+        positions, query.reshape(num_tokens, -1), key.reshape(num_tokens, -1), table
+    )
     return q_rot.view(query.shape), k_rot.view(key.shape)
 
 
-def _heads_side_by_side(query: torch.Tensor, key: torch.Tensor, head_dim: int, allow_view: bool) -> torch.Tensor:
+def _heads_side_by_side(
+    query: torch.Tensor, key: torch.Tensor, head_dim: int, allow_view: bool
+) -> torch.Tensor:
     """query `[T, Hq*D]` and key `[T, Hk*D]` as one `[T, Hq+Hk, D]` tensor.
 
     In a Llama layer q and k are neighbouring columns of the fused qkv output, so the
@@ -180,10 +198,18 @@ def _heads_side_by_side(query: torch.Tensor, key: torch.Tensor, head_dim: int, a
     cannot be recorded.
     """
     num_tokens = query.shape[0]
-    if (allow_view and query.dim() == 2 and key.dim() == 2
-            and query.stride(1) == 1 and key.stride(1) == 1 and query.stride(0) == key.stride(0)
-            and key.untyped_storage().data_ptr() == query.untyped_storage().data_ptr()
-            and key.storage_offset() == query.storage_offset() + query.shape[1]):
+    if (
+        allow_view
+        and query.dim() == 2
+        and key.dim() == 2
+        and query.stride(1) == 1
+        and key.stride(1) == 1
+        and query.stride(0) == key.stride(0)
+        and key.untyped_storage().data_ptr() == query.untyped_storage().data_ptr()
+        and key.storage_offset() == query.storage_offset() + query.shape[1]
+    ):
         num_heads = (query.shape[1] + key.shape[1]) // head_dim
         return query.as_strided((num_tokens, num_heads, head_dim), (query.stride(0), head_dim, 1))
-    return torch.cat((query.view(num_tokens, -1, head_dim), key.view(num_tokens, -1, head_dim)), dim=1)
+    return torch.cat(
+        (query.view(num_tokens, -1, head_dim), key.view(num_tokens, -1, head_dim)), dim=1
+    )

@@ -34,7 +34,9 @@ def make_generator(params: SamplingParams, device: torch.device | str) -> torch.
 
 
 # ANCHOR: top_k_top_p
-def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+def apply_top_k_top_p(
+    logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
+) -> torch.Tensor:
     """Set to -inf every logit outside each row's top-k and top-p sets.
 
     `top_k` `[B]` (int; >= vocab or <= 0 keeps all), `top_p` `[B]` (float; 1 keeps all).
@@ -54,6 +56,8 @@ def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Te
     drop = mass_before >= top_p.unsqueeze(1)
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+
+
 # ANCHOR_END: top_k_top_p
 
 
@@ -76,7 +80,9 @@ class Sampler(nn.Module):
         logits = logits.float()
         # Greedy rows are sampled too (with harmless settings) and then overwritten:
         # one code path for the whole batch is simpler than gathering rows.
-        temperature = torch.tensor([p.temperature if not p.greedy else 1.0 for p in params], device=device)
+        temperature = torch.tensor(
+            [p.temperature if not p.greedy else 1.0 for p in params], device=device
+        )
         logits = logits / temperature.unsqueeze(1)
         if any(p.top_k > 0 or p.top_p < 1.0 for p in params):
             top_k = torch.tensor([p.top_k for p in params], device=device)
@@ -93,4 +99,5 @@ class Sampler(nn.Module):
         sampled = (probs / noise).argmax(dim=-1)
         is_greedy = torch.tensor([p.greedy for p in params], device=device)
         return torch.where(is_greedy, greedy_tokens, sampled)
+
     # ANCHOR_END: sampling

@@ -53,12 +53,26 @@ try:
 except ImportError:  # CPU machines
     triton = None
 
-__all__ = ["autotuned_tile", "pdl_supported", "triton_gemv", "triton_gemv_available", "triton_rms_norm_gemv", "triton_silu_and_mul_gemv"]
+__all__ = [
+    "autotuned_tile",
+    "pdl_supported",
+    "triton_gemv",
+    "triton_gemv_available",
+    "triton_rms_norm_gemv",
+    "triton_silu_and_mul_gemv",
+]
 
 
 def triton_gemv_available(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (triton is not None and x.is_cuda and x.dim() == 2 and weight.dim() == 2
-            and x.stride(-1) == 1 and weight.stride(-1) == 1 and x.dtype == weight.dtype)
+    return (
+        triton is not None
+        and x.is_cuda
+        and x.dim() == 2
+        and weight.dim() == 2
+        and x.stride(-1) == 1
+        and weight.stride(-1) == 1
+        and x.dtype == weight.dtype
+    )
 
 
 if triton is not None:
@@ -73,21 +87,53 @@ if triton is not None:
         # tiles on the list against 0.57-0.65 ms without them. The autotuner's picks
         # vary a little from run to run (scripts/gpu/gemv_tiles.py prints them); most
         # are whole-row tiles.
-        shapes = [(4, 256, 4), (8, 256, 4), (16, 256, 4), (32, 256, 8), (8, 512, 4), (16, 512, 8),
-                  (4, 512, 4), (2, 1024, 4), (16, 128, 4), (32, 128, 4), (64, 128, 8),
-                  (4, 1024, 4), (8, 1024, 8), (16, 1024, 8), (4, 2048, 8), (8, 2048, 8)]
+        shapes = [
+            (4, 256, 4),
+            (8, 256, 4),
+            (16, 256, 4),
+            (32, 256, 8),
+            (8, 512, 4),
+            (16, 512, 8),
+            (4, 512, 4),
+            (2, 1024, 4),
+            (16, 128, 4),
+            (32, 128, 4),
+            (64, 128, 8),
+            (4, 1024, 4),
+            (8, 1024, 8),
+            (16, 1024, 8),
+            (4, 2048, 8),
+            (8, 2048, 8),
+        ]
         return [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w) for n, k, w in shapes]
 
     # Keep the tuning results on disk (Triton's cache) where this Triton can: tuning all
     # configurations for the first time costs seconds at engine start-up.
-    _cache_tuning = {"cache_results": True} if "cache_results" in inspect.signature(triton.autotune).parameters else {}
+    _cache_tuning = (
+        {"cache_results": True}
+        if "cache_results" in inspect.signature(triton.autotune).parameters
+        else {}
+    )
 
     # ANCHOR: gemv_kernel
     @triton.autotune(configs=_configs(), key=["N", "K", "PROLOGUE", "PDL"], **_cache_tuning)
     @triton.jit
-    def _gemv_kernel(x_ptr, w_ptr, out_ptr, N, K, stride_wn,
-                     residual_ptr, norm_weight_ptr, residual_out_ptr, eps,
-                     PROLOGUE: tl.constexpr, PDL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    def _gemv_kernel(
+        x_ptr,
+        w_ptr,
+        out_ptr,
+        N,
+        K,
+        stride_wn,
+        residual_ptr,
+        norm_weight_ptr,
+        residual_out_ptr,
+        eps,
+        PROLOGUE: tl.constexpr,
+        PDL: tl.constexpr,
+        BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+    ):
         pid = tl.program_id(0)
         rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         row_mask = rows < N
@@ -110,8 +156,17 @@ if triton is not None:
             else:
                 x = tl.load(x_ptr + cols, mask=col_mask, other=0.0)
             if PROLOGUE == 1 or PROLOGUE == 2:
-                x, squares = _rms_norm_tile(x, squares, residual_ptr, norm_weight_ptr, residual_out_ptr,
-                                            cols, col_mask, pid == 0, PROLOGUE == 2)
+                x, squares = _rms_norm_tile(
+                    x,
+                    squares,
+                    residual_ptr,
+                    norm_weight_ptr,
+                    residual_out_ptr,
+                    cols,
+                    col_mask,
+                    pid == 0,
+                    PROLOGUE == 2,
+                )
             acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
         out = tl.sum(acc, axis=1)
         if PROLOGUE == 1 or PROLOGUE == 2:
@@ -122,8 +177,13 @@ if triton is not None:
     def _load_w_tile(w_ptr, rows, row_mask, k0, K, stride_wn, BLOCK_K: tl.constexpr):
         cols = k0 + tl.arange(0, BLOCK_K)
         # Read once per step and never again in it: evict-first keeps L2 for the activations.
-        return tl.load(w_ptr + rows[:, None] * stride_wn + cols[None, :],
-                       mask=row_mask[:, None] & (cols < K)[None, :], other=0.0, eviction_policy="evict_first")
+        return tl.load(
+            w_ptr + rows[:, None] * stride_wn + cols[None, :],
+            mask=row_mask[:, None] & (cols < K)[None, :],
+            other=0.0,
+            eviction_policy="evict_first",
+        )
+
     # ANCHOR_END: gemv_kernel
 
     # ANCHOR: gemv_prologues
@@ -132,8 +192,17 @@ if triton is not None:
     # redoes them: the row is a few kilobytes, read from L2, against the tens of kilobytes
     # of W each program streams.
     @triton.jit
-    def _rms_norm_tile(x, squares, residual_ptr, norm_weight_ptr, residual_out_ptr, cols, mask,
-                       write_residual, ADD_RESIDUAL: tl.constexpr):
+    def _rms_norm_tile(
+        x,
+        squares,
+        residual_ptr,
+        norm_weight_ptr,
+        residual_out_ptr,
+        cols,
+        mask,
+        write_residual,
+        ADD_RESIDUAL: tl.constexpr,
+    ):
         """One tile of (x [+ residual]) * norm weight, and its squares for the statistics.
 
         RMSNorm's 1/RMS is one number for the whole row, so it can multiply the finished
@@ -145,7 +214,9 @@ if triton is not None:
         if ADD_RESIDUAL:
             r = tl.load(residual_ptr + cols, mask=mask, other=0.0)
             x = (x.to(tl.float32) + r.to(tl.float32)).to(x.dtype)  # rounded, as torch's add
-            tl.store(residual_out_ptr + cols, x, mask=mask & write_residual)  # program 0 keeps the sum
+            tl.store(
+                residual_out_ptr + cols, x, mask=mask & write_residual
+            )  # program 0 keeps the sum
         h = x.to(tl.float32)
         g = tl.load(norm_weight_ptr + cols, mask=mask, other=0.0)
         return h * g.to(tl.float32), squares + h * h
@@ -158,17 +229,23 @@ if triton is not None:
         g = gate.to(tl.float32)
         activated = (g * tl.sigmoid(g)).to(gate.dtype)
         return (activated.to(tl.float32) * up.to(tl.float32)).to(gate.dtype)
+
     # ANCHOR_END: gemv_prologues
 
 _PLAIN, _RMS_NORM, _ADD_RMS_NORM, _SILU_AND_MUL = 0, 1, 2, 3
+
 
 # Programmatic dependent launch (CUDA 12, Hopper on): a kernel launched with it may start
 # before the one ahead of it in the stream has finished, up to its `gdc_wait`. Kept
 # switchable (MINI_VLLM_PDL=0) so that its effect can be measured; read once per device.
 @functools.lru_cache(maxsize=None)
 def pdl_supported(device: torch.device) -> bool:
-    return (envs.MINI_VLLM_PDL and triton is not None and hasattr(tl.extra.cuda, "gdc_wait")
-            and torch.cuda.get_device_capability(device)[0] >= 9)
+    return (
+        envs.MINI_VLLM_PDL
+        and triton is not None
+        and hasattr(tl.extra.cuda, "gdc_wait")
+        and torch.cuda.get_device_capability(device)[0] >= 9
+    )
 
 
 # ANCHOR: gemv_launch
@@ -189,25 +266,47 @@ def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=N
     n, k = weight.shape
     out = torch.empty((1, n), dtype=x.dtype, device=x.device)
     pdl = pdl_supported(x.device)
-    tensors = (x, weight, out, residual if residual is not None else x,
-               norm_weight if norm_weight is not None else x, residual_out if residual_out is not None else out)
+    tensors = (
+        x,
+        weight,
+        out,
+        residual if residual is not None else x,
+        norm_weight if norm_weight is not None else x,
+        residual_out if residual_out is not None else out,
+    )
     args = (*tensors[:3], n, k, weight.stride(0), *tensors[3:], eps)
-    key = (n, k, weight.stride(0), prologue, pdl, x.device,
-           *((t.dtype, t.data_ptr() % 16 == 0) for t in tensors))
+    key = (
+        n,
+        k,
+        weight.stride(0),
+        prologue,
+        pdl,
+        x.device,
+        *((t.dtype, t.data_ptr() % 16 == 0) for t in tensors),
+    )
     known = _compiled_launches.get(key)
     if known is not None:
         compiled, grid, constants = known
         compiled[grid](*args, *constants)
         return out
     compiled = _gemv_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
-        *args, PROLOGUE=prologue, PDL=pdl, **({"launch_pdl": True} if pdl else {}),
+        *args,
+        PROLOGUE=prologue,
+        PDL=pdl,
+        **({"launch_pdl": True} if pdl else {}),
     )
     best = _gemv_kernel.best_config
     _tiles[(n, k, prologue, pdl, x.device)] = best
     if hasattr(compiled, "packed_metadata"):  # a CompiledKernel (Triton 3): keep it
         grid = (triton.cdiv(n, best.kwargs["BLOCK_N"]), 1, 1)
-        _compiled_launches[key] = (compiled, grid, (prologue, pdl, best.kwargs["BLOCK_N"], best.kwargs["BLOCK_K"]))
+        _compiled_launches[key] = (
+            compiled,
+            grid,
+            (prologue, pdl, best.kwargs["BLOCK_N"], best.kwargs["BLOCK_K"]),
+        )
     return out
+
+
 # ANCHOR_END: gemv_launch
 
 
@@ -224,8 +323,13 @@ def triton_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return _launch(x, weight, _PLAIN)
 
 
-def triton_rms_norm_gemv(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor,
-                         eps: float, weight: torch.Tensor):
+def triton_rms_norm_gemv(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+):
     """`linear(RMSNorm(x [+ residual]), weight)` for one row, in one kernel.
 
     Returns the product, and with a residual also the new residual `x + residual`.
@@ -254,4 +358,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 @linear.register_fake
 def _linear_fake(x, weight):
     return x.new_empty((x.shape[0], weight.shape[0]))
+
+
 # ANCHOR_END: linear_op

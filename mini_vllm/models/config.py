@@ -64,11 +64,20 @@ class LlamaConfig:
         if isinstance(self.eos_token_id, int):
             return (self.eos_token_id,)
         return tuple(self.eos_token_id)
+
     # ANCHOR_END: config_derived
 
     def validate(self) -> None:
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                     "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "max_position_embeddings",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise UserError(f"model config: {name} must be a positive integer, got {value!r}")
@@ -78,7 +87,9 @@ class LlamaConfig:
                 f"of num_key_value_heads ({self.num_key_value_heads}) for grouped-query attention"
             )
         if self.head_dim % 2:
-            raise UserError(f"model config: head_dim must be even for rotary embeddings, got {self.head_dim}")
+            raise UserError(
+                f"model config: head_dim must be even for rotary embeddings, got {self.head_dim}"
+            )
 
     # ANCHOR: num_parameters
     def num_parameters(self) -> int:
@@ -87,6 +98,7 @@ class LlamaConfig:
         per_layer = h * (self.q_size + 2 * self.kv_size) + self.q_size * h + 3 * h * i + 2 * h
         head = 0 if self.tie_word_embeddings else self.vocab_size * h
         return self.vocab_size * h + layers * per_layer + h + head
+
     # ANCHOR_END: num_parameters
 
     # ANCHOR: config_from_hf
@@ -99,7 +111,9 @@ class LlamaConfig:
         """
         model_type = hf.get("model_type", "llama")
         if model_type != "llama":
-            raise UserError(f"only Llama checkpoints are supported; config.json says model_type={model_type!r}")
+            raise UserError(
+                f"only Llama checkpoints are supported; config.json says model_type={model_type!r}"
+            )
         for flag in ("attention_bias", "mlp_bias"):
             if hf.get(flag):
                 raise UserError(f"{flag}=true is not supported (mini_vllm's Llama has no biases)")
@@ -135,6 +149,7 @@ class LlamaConfig:
             eos_token_id=hf.get("eos_token_id"),
             name=name,
         )
+
     # ANCHOR_END: config_from_hf
 
     def to_hf_dict(self) -> dict[str, Any]:
@@ -170,24 +185,54 @@ MODEL_CONFIGS: dict[str, LlamaConfig] = {
     # 4 query heads share 2 KV heads, so GQA grouping is exercised; the vocabulary
     # covers the 256 bytes plus BOS/EOS so the byte tokenizer can drive it.
     "tiny": LlamaConfig(
-        vocab_size=260, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5,
-        rope_theta=10000.0, max_position_embeddings=256, tie_word_embeddings=True,
-        bos_token_id=256, eos_token_id=257, name="tiny",
+        vocab_size=260,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        bos_token_id=256,
+        eos_token_id=257,
+        name="tiny",
     ),
     "smollm2-135m": LlamaConfig(
-        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-        num_attention_heads=9, num_key_value_heads=3, head_dim=64, rms_norm_eps=1e-5,
-        rope_theta=100000.0, max_position_embeddings=8192, tie_word_embeddings=True,
-        bos_token_id=1, eos_token_id=2, name="smollm2-135m",
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        head_dim=64,
+        rms_norm_eps=1e-5,
+        rope_theta=100000.0,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        name="smollm2-135m",
     ),
     # Llama-3.2-1B's shape without its long-context RoPE rescaling; 8192 positions
     # are plenty for the GPU timing work it exists for.
     "llama-3.2-1b-like": LlamaConfig(
-        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-        num_attention_heads=32, num_key_value_heads=8, head_dim=64, rms_norm_eps=1e-5,
-        rope_theta=500000.0, max_position_embeddings=8192, tie_word_embeddings=True,
-        bos_token_id=128000, eos_token_id=128001, name="llama-3.2-1b-like",
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        bos_token_id=128000,
+        eos_token_id=128001,
+        name="llama-3.2-1b-like",
     ),
 }
 # ANCHOR_END: model_configs
@@ -201,4 +246,6 @@ def get_model_config(name: str) -> LlamaConfig:
         raise UserError(
             f"unknown model config {name!r}; known configs: {', '.join(MODEL_CONFIGS)}"
         ) from None
-    return dataclasses.replace(config, rope_scaling=dict(config.rope_scaling) if config.rope_scaling else None)
+    return dataclasses.replace(
+        config, rope_scaling=dict(config.rope_scaling) if config.rope_scaling else None
+    )

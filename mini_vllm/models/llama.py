@@ -39,8 +39,12 @@ __all__ = ["LlamaAttention", "LlamaDecoderLayer", "LlamaForCausalLM", "LlamaMLP"
 
 
 def _same_layout(param: torch.Tensor, tensor: torch.Tensor) -> bool:
-    return (param.dtype == tensor.dtype and param.device == tensor.device
-            and param.shape == tensor.shape and param.stride() == tensor.stride())
+    return (
+        param.dtype == tensor.dtype
+        and param.device == tensor.device
+        and param.shape == tensor.shape
+        and param.stride() == tensor.stride()
+    )
 
 
 # ANCHOR: llama_mlp
@@ -55,6 +59,8 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act_fn(self.gate_up_proj(x)))
+
+
 # ANCHOR_END: llama_mlp
 
 
@@ -63,12 +69,21 @@ class LlamaAttention(nn.Module):
         super().__init__()
         self.q_size = config.q_size
         self.kv_size = config.kv_size
-        self.qkv_proj = QKVLinear(config.hidden_size, config.head_dim, config.num_attention_heads,
-                                  config.num_key_value_heads)
+        self.qkv_proj = QKVLinear(
+            config.hidden_size,
+            config.head_dim,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+        )
         self.o_proj = ReplicatedLinear(config.q_size, config.hidden_size)
         self.rotary_emb = rotary_emb
-        self.attn = Attention(layer_idx, config.num_attention_heads, config.num_key_value_heads,
-                              config.head_dim, scale=config.head_dim ** -0.5)
+        self.attn = Attention(
+            layer_idx,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+            scale=config.head_dim**-0.5,
+        )
 
     # ANCHOR: attention_forward
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -82,6 +97,7 @@ class LlamaAttention(nn.Module):
         attn_output = self.attn(q, k, v, torch.empty_like(q))
         # -- after attention: back to the residual stream's width
         return self.o_proj(attn_output)
+
     # ANCHOR_END: attention_forward
 
 
@@ -108,6 +124,7 @@ class LlamaDecoderLayer(nn.Module):
         hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
         hidden_states = self.mlp(hidden_states)
         return hidden_states, residual
+
     # ANCHOR_END: decoder_layer_forward
 
 
@@ -121,8 +138,13 @@ class LlamaModel(nn.Module):
         self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size)
         # One cos/sin table shared by all layers (vLLM's `get_rope` caches it the same
         # way): at 8192 positions it is 2 MB, times 30 layers otherwise.
-        rotary_emb = RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta,
-                                     is_neox_style=rope_is_neox_style, scaling=config.rope_scaling)
+        rotary_emb = RotaryEmbedding(
+            config.head_dim,
+            config.max_position_embeddings,
+            config.rope_theta,
+            is_neox_style=rope_is_neox_style,
+            scaling=config.rope_scaling,
+        )
         self.layers = nn.ModuleList(
             LlamaDecoderLayer(config, i, rotary_emb) for i in range(config.num_hidden_layers)
         )
@@ -136,6 +158,7 @@ class LlamaModel(nn.Module):
             hidden_states, residual = layer(positions, hidden_states, residual)
         hidden_states, _ = self.norm(hidden_states, residual)
         return hidden_states
+
     # ANCHOR_END: llama_model_forward
 
 
@@ -171,6 +194,7 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Hidden states of the rows to sample `[N, hidden]` -> logits `[N, vocab]`."""
         return self.lm_head(hidden_states)
+
     # ANCHOR_END: model_forward
 
     # ANCHOR: load_weights
@@ -204,7 +228,9 @@ class LlamaForCausalLM(nn.Module):
                     continue
                 param = params[name]
                 if tuple(param.shape) != tuple(tensor.shape):
-                    raise UserError(f"{name}: checkpoint shape {tuple(tensor.shape)}, model {tuple(param.shape)}")
+                    raise UserError(
+                        f"{name}: checkpoint shape {tuple(tensor.shape)}, model {tuple(param.shape)}"
+                    )
                 if _same_layout(param.data, tensor):
                     # Adopt the loader's tensor instead of copying it: writing a fresh
                     # copy of every weight costs more than the read on a small VM.
@@ -213,12 +239,15 @@ class LlamaForCausalLM(nn.Module):
                     param.data.copy_(tensor)
                 loaded.add(name)
         if unexpected:
-            raise UserError(f"checkpoint tensors with no place in the model: {unexpected[:5]}"
-                             f"{' ...' if len(unexpected) > 5 else ''}")
+            raise UserError(
+                f"checkpoint tensors with no place in the model: {unexpected[:5]}"
+                f"{' ...' if len(unexpected) > 5 else ''}"
+            )
         missing = [n for n in self._expected_checkpoint_keys() if n not in loaded]
         if missing:
             raise UserError(f"checkpoint is missing {len(missing)} tensors, e.g. {missing[:5]}")
         return loaded
+
     # ANCHOR_END: load_weights
 
     def _expected_checkpoint_keys(self) -> list[str]:
@@ -253,8 +282,8 @@ class LlamaForCausalLM(nn.Module):
             if name.endswith("qkv_proj.weight"):
                 base = name.replace("qkv_proj.weight", "")
                 yield base + "q_proj.weight", t[:q]
-                yield base + "k_proj.weight", t[q:q + kv]
-                yield base + "v_proj.weight", t[q + kv:]
+                yield base + "k_proj.weight", t[q : q + kv]
+                yield base + "v_proj.weight", t[q + kv :]
             elif name.endswith("gate_up_proj.weight"):
                 base = name.replace("gate_up_proj.weight", "")
                 yield base + "gate_proj.weight", t[:inter]

@@ -37,14 +37,25 @@ from mini_vllm.weights.gguf_file import (
 from mini_vllm.weights.hf_dir import iter_safetensors, read_hf_config
 from mini_vllm.weights.snapshot import load_snapshot, save_snapshot
 
-__all__ = ["DEFAULT_MODEL", "load_model", "model_names", "random_init", "resolve_device", "resolve_dtype"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "load_model",
+    "model_names",
+    "random_init",
+    "resolve_device",
+    "resolve_dtype",
+]
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 _DTYPES = {
-    "float32": torch.float32, "fp32": torch.float32,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
 }
 
 
@@ -74,7 +85,9 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     try:
         return _DTYPES[str(dtype).lower()]
     except KeyError:
-        raise UserError(f"unknown dtype {dtype!r}; choose one of: auto, {', '.join(_DTYPES)}") from None
+        raise UserError(
+            f"unknown dtype {dtype!r}; choose one of: auto, {', '.join(_DTYPES)}"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -89,8 +102,9 @@ def _build_context(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
-def build_model(config: LlamaConfig, device: torch.device, dtype: torch.dtype,
-                rope_is_neox_style: bool = True) -> LlamaForCausalLM:
+def build_model(
+    config: LlamaConfig, device: torch.device, dtype: torch.dtype, rope_is_neox_style: bool = True
+) -> LlamaForCausalLM:
     """The model with uninitialised weights, allocated directly on the device."""
     with _build_context(device, dtype):
         return LlamaForCausalLM(config, rope_is_neox_style=rope_is_neox_style)
@@ -109,8 +123,12 @@ def random_init(model: LlamaForCausalLM, seed: int = 0, std: float = 0.02) -> No
         if name.endswith("norm.weight"):
             param.data.fill_(1.0)
         else:
-            values = torch.empty(param.shape, dtype=torch.float32).normal_(0.0, std, generator=generator)
+            values = torch.empty(param.shape, dtype=torch.float32).normal_(
+                0.0, std, generator=generator
+            )
             param.data.copy_(values)
+
+
 # ANCHOR_END: random_init
 
 
@@ -129,14 +147,18 @@ def _converted_smollm2_dir(progress: bool) -> Path:
         try:
             from gguf import GGUFReader
         except ImportError:
-            raise UserError("reading the SmolLM2 GGUF needs the 'gguf' package: pip install gguf") from None
+            raise UserError(
+                "reading the SmolLM2 GGUF needs the 'gguf' package: pip install gguf"
+            ) from None
         reader = GGUFReader(str(gguf_path))
         config = read_gguf_config(reader)
         model = build_model(config, torch.device("cpu"), torch.float32)
         model.load_weights(iter_gguf_weights(reader, config, progress=progress))
         model.process_weights_after_loading()
         save_snapshot(model, tmp)
-        (tmp / "config.json").write_text(json.dumps(config.to_hf_dict(), indent=2), encoding="utf-8")
+        (tmp / "config.json").write_text(
+            json.dumps(config.to_hf_dict(), indent=2), encoding="utf-8"
+        )
         save_tokenizer_from_gguf(gguf_path, tmp)
 
     return cached_entry(DEFAULT_MODEL, f"{gguf_path.name}|{stat.st_size}|{stat.st_mtime_ns}", build)

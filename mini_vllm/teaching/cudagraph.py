@@ -88,6 +88,8 @@ class Branch:
 
     def pick(self, host_input: np.ndarray) -> Op:
         return self.if_true if self.predicate(host_input) else self.if_false
+
+
 # ANCHOR_END: op
 
 
@@ -145,7 +147,9 @@ class SimDevice:
     `trace` lists every launch in order: ("kernel", op name) or ("graph", node count).
     """
 
-    def __init__(self, launch_us: float = 5.0, graph_launch_us: float = 5.0, node_us: float = 1.5) -> None:
+    def __init__(
+        self, launch_us: float = 5.0, graph_launch_us: float = 5.0, node_us: float = 1.5
+    ) -> None:
         self.launch_us = launch_us  # host time to issue one eager kernel
         self.graph_launch_us = graph_launch_us  # host time to launch one graph
         self.node_us = node_us  # GPU time a graph node costs beyond its kernel
@@ -223,6 +227,7 @@ class SimDevice:
         out = self.pool.allocate(probe.shape, probe.dtype)
         graph.nodes.append(Node(op, x, out))
         return out
+
     # ANCHOR_END: launch
 
     # ANCHOR: replay
@@ -236,11 +241,16 @@ class SimDevice:
         self._issue("graph", f"{len(graph.nodes)} nodes", self.graph_launch_us, gpu_work)
         for node in graph.nodes:
             np.copyto(node.dst, node.op.fn(node.src))
+
     # ANCHOR_END: replay
+
+
 # ANCHOR_END: sim_device
 
 
-def _forward(ops: Sequence[ModelOp], device: SimDevice, x: np.ndarray, host_input: np.ndarray) -> np.ndarray:
+def _forward(
+    ops: Sequence[ModelOp], device: SimDevice, x: np.ndarray, host_input: np.ndarray
+) -> np.ndarray:
     """The model's Python code: resolve branches on the host, launch each kernel in turn."""
     for op in ops:
         kernel = op.pick(host_input) if isinstance(op, Branch) else op
@@ -338,6 +348,7 @@ class GraphRunner:
         with self.device.capture(graph):
             static_output = _forward(self.ops, self.device, static_input, host_input=x)
         return GraphEntry(x.shape, graph, static_input, static_output)
+
     # ANCHOR_END: capture
 
     # ANCHOR: runner_call
@@ -357,7 +368,10 @@ class GraphRunner:
         # The graph reads the static input, never `x`: copy the new data in first.
         np.copyto(entry.static_input, x)
         return entry.replay()
+
     # ANCHOR_END: runner_call
+
+
 # ANCHOR_END: graph_runner
 
 
@@ -392,6 +406,8 @@ def split_ops(
     if run:
         pieces.append(Piece(tuple(run), is_splitting_op=False))
     return pieces
+
+
 # ANCHOR_END: split_ops
 
 
@@ -420,8 +436,11 @@ class PiecewiseGraphRunner:
         # Only the model's input is checked against `dtype`; a later piece's input is
         # whatever the piece before it produced.
         self._runners = [
-            None if piece.is_splitting_op
-            else GraphRunner(piece.ops, self.device, dtype=None, fallback_to_eager=fallback_to_eager)
+            None
+            if piece.is_splitting_op
+            else GraphRunner(
+                piece.ops, self.device, dtype=None, fallback_to_eager=fallback_to_eager
+            )
             for piece in self.pieces
         ]
 
@@ -440,6 +459,8 @@ class PiecewiseGraphRunner:
             # A splitting op runs eagerly every time, so its host-side decisions are fresh.
             x = run_eager(piece.ops, self.device, x) if runner is None else runner(x)
         return x
+
+
 # ANCHOR_END: piecewise_runner
 
 
@@ -470,7 +491,9 @@ def toy_model(
 
     for i in range(num_layers):
         w_up = (rng.standard_normal((hidden, 2 * hidden)) / np.sqrt(hidden)).astype(np.float32)
-        w_down = (rng.standard_normal((2 * hidden, hidden)) / np.sqrt(2 * hidden)).astype(np.float32)
+        w_down = (rng.standard_normal((2 * hidden, hidden)) / np.sqrt(2 * hidden)).astype(
+            np.float32
+        )
         ops.append(Op(f"rmsnorm_{i}", rmsnorm, gpu_us=2.0))
         if attention:
             ops.append(Op(f"attention_{i}", self_attention, gpu_us=8.0, capturable=False))
@@ -478,4 +501,6 @@ def toy_model(
         ops.append(Op(f"gelu_{i}", gelu, gpu_us=2.0))
         ops.append(Op(f"down_proj_{i}", lambda x, w=w_down: x @ w, gpu_us=4.0))
     return ops
+
+
 # ANCHOR_END: toy_model

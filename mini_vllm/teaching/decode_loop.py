@@ -50,7 +50,13 @@ from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.tokenizer import IncrementalDetokenizer, TokenizerLike
 from mini_vllm.utils import cpu_threads_context, synchronize
 
-__all__ = ["GenerationResult", "full_forward_logits", "generate", "generate_lockstep", "run_model_step"]
+__all__ = [
+    "GenerationResult",
+    "full_forward_logits",
+    "generate",
+    "generate_lockstep",
+    "run_model_step",
+]
 
 
 # ANCHOR: generation_result
@@ -62,7 +68,7 @@ class GenerationResult:
     finish_reason: FinishReason | None = None  # STOP (EOS) or LENGTH (max_tokens or context full)
     ttft_s: float = 0.0  # request start -> first token sampled (prefill + sampling)
     itl_s: list[float] = field(default_factory=list)  # gaps between consecutive tokens
-# ANCHOR_END: generation_result
+    # ANCHOR_END: generation_result
 
     @property
     def num_generated(self) -> int:
@@ -88,20 +94,28 @@ class GenerationResult:
 
 
 # ANCHOR: run_model_step
-def run_model_step(model, input_ids: torch.Tensor, positions: torch.Tensor,
-                   metadata: ContiguousAttentionMetadata, sample_rows: torch.Tensor | None = None) -> torch.Tensor:
+def run_model_step(
+    model,
+    input_ids: torch.Tensor,
+    positions: torch.Tensor,
+    metadata: ContiguousAttentionMetadata,
+    sample_rows: torch.Tensor | None = None,
+) -> torch.Tensor:
     """One forward with the step's metadata in the forward context.
 
     Returns the logits of `sample_rows` only (None: of every row).
     """
-    with set_forward_context(CUDAGraphMode.NONE, attn_metadata=metadata,
-                             no_compile_layers=static_forward_context(model)):
+    with set_forward_context(
+        CUDAGraphMode.NONE, attn_metadata=metadata, no_compile_layers=static_forward_context(model)
+    ):
         hidden_states = model(input_ids, positions)
     if sample_rows is not None:
         # Only the rows that will be sampled go through the LM head (at prefill: the
         # prompt's last token, not all of them).
         hidden_states = hidden_states.index_select(0, sample_rows)
     return model.compute_logits(hidden_states)
+
+
 # ANCHOR_END: run_model_step
 
 
@@ -114,8 +128,15 @@ def full_forward_logits(model, token_ids: Sequence[int]) -> torch.Tensor:
     config = model.config
     weight = next(model.parameters())
     n = len(token_ids)
-    caches = allocate_contiguous_kv_caches(config.num_hidden_layers, 1, n, config.num_key_value_heads,
-                                           config.head_dim, weight.dtype, weight.device)
+    caches = allocate_contiguous_kv_caches(
+        config.num_hidden_layers,
+        1,
+        n,
+        config.num_key_value_heads,
+        config.head_dim,
+        weight.dtype,
+        weight.device,
+    )
     bind_kv_caches(model, ContiguousAttentionBackend(), caches)
     try:
         with torch.inference_mode():
@@ -124,6 +145,8 @@ def full_forward_logits(model, token_ids: Sequence[int]) -> torch.Tensor:
             return run_model_step(model, ids, positions, ContiguousAttentionMetadata.prefill(1, n))
     finally:
         bind_kv_caches(model, None, None)
+
+
 # ANCHOR_END: full_forward_logits
 
 
@@ -153,20 +176,31 @@ def generate_lockstep(
     if prompt_len == 0:
         raise UserError("the prompt is empty: give at least one token")
     if any(len(p) != prompt_len for p in prompts):
-        raise UserError("the contiguous-cache decode loop runs sequences in lockstep: all prompts "
-                        "must have the same length (Phase 02's paged cache lifts this)")
+        raise UserError(
+            "the contiguous-cache decode loop runs sequences in lockstep: all prompts "
+            "must have the same length (Phase 02's paged cache lifts this)"
+        )
     limit = max_model_len or config.max_position_embeddings
     if prompt_len >= limit:
-        raise UserError(f"the prompt is {prompt_len} tokens but the model's context limit is {limit} tokens "
-                        "(prompt + at least one new token must fit); shorten the prompt")
+        raise UserError(
+            f"the prompt is {prompt_len} tokens but the model's context limit is {limit} tokens "
+            "(prompt + at least one new token must fit); shorten the prompt"
+        )
     weight = next(model.parameters())
     device, dtype = weight.device, weight.dtype
     max_new = max(p.max_tokens for p in params_list)
     max_len = min(limit, prompt_len + max_new)
 
     start = time.perf_counter()  # the request's clock includes allocating its cache
-    kv_caches = allocate_contiguous_kv_caches(config.num_hidden_layers, batch, max_len,
-                                              config.num_key_value_heads, config.head_dim, dtype, device)
+    kv_caches = allocate_contiguous_kv_caches(
+        config.num_hidden_layers,
+        batch,
+        max_len,
+        config.num_key_value_heads,
+        config.head_dim,
+        dtype,
+        device,
+    )
     bind_kv_caches(model, ContiguousAttentionBackend(), kv_caches)
     sampler = Sampler()
     generators = [make_generator(p, device) for p in params_list]
@@ -181,8 +215,14 @@ def generate_lockstep(
                 continue
             result = results[i]
             result.token_ids.append(token_id)
-            reason = check_stop(token_id, result.num_generated, params_list[i], eos_ids,
-                                num_tokens=prompt_len + result.num_generated, max_model_len=limit)
+            reason = check_stop(
+                token_id,
+                result.num_generated,
+                params_list[i],
+                eos_ids,
+                num_tokens=prompt_len + result.num_generated,
+                max_model_len=limit,
+            )
             if reason is not None:
                 finished[i], result.finish_reason = True, reason
             delta = ""
@@ -194,11 +234,18 @@ def generate_lockstep(
     try:
         with torch.inference_mode(), cpu_threads_context(device, cpu_threads):
             # ANCHOR: prefill
-            input_ids = torch.tensor([t for p in prompts for t in p], dtype=torch.long, device=device)
+            input_ids = torch.tensor(
+                [t for p in prompts for t in p], dtype=torch.long, device=device
+            )
             positions = torch.arange(prompt_len, device=device).repeat(batch)
             last_rows = torch.arange(batch, device=device) * prompt_len + (prompt_len - 1)
-            logits = run_model_step(model, input_ids, positions,
-                                    ContiguousAttentionMetadata.prefill(batch, prompt_len), last_rows)
+            logits = run_model_step(
+                model,
+                input_ids,
+                positions,
+                ContiguousAttentionMetadata.prefill(batch, prompt_len),
+                last_rows,
+            )
             next_ids = sampler(logits, params_list, generators)
             token_list = next_ids.tolist()  # waits for the device: the first token exists now
             synchronize(device)
@@ -214,8 +261,9 @@ def generate_lockstep(
             while not all(finished) and position < max_len:
                 # ANCHOR: decode_step
                 positions = torch.full((batch,), position, dtype=torch.long, device=device)
-                logits = run_model_step(model, next_ids, positions,
-                                        ContiguousAttentionMetadata.decode(batch, position))
+                logits = run_model_step(
+                    model, next_ids, positions, ContiguousAttentionMetadata.decode(batch, position)
+                )
                 next_ids = sampler(logits, params_list, generators)
                 token_list = next_ids.tolist()
                 # ANCHOR_END: decode_step
@@ -248,7 +296,15 @@ def generate(
     cpu_threads: int | str | None = "auto",
 ) -> GenerationResult:
     """Generate for one prompt; `on_token(token_id, text_delta)` is called per new token."""
-    callback = None if on_token is None else (lambda _seq, token_id, delta: on_token(token_id, delta))
-    return generate_lockstep(model, [list(prompt_token_ids)], params or SamplingParams(),
-                             tokenizer=tokenizer, on_token=callback, max_model_len=max_model_len,
-                             cpu_threads=cpu_threads)[0]
+    callback = (
+        None if on_token is None else (lambda _seq, token_id, delta: on_token(token_id, delta))
+    )
+    return generate_lockstep(
+        model,
+        [list(prompt_token_ids)],
+        params or SamplingParams(),
+        tokenizer=tokenizer,
+        on_token=callback,
+        max_model_len=max_model_len,
+        cpu_threads=cpu_threads,
+    )[0]

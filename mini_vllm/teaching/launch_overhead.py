@@ -63,6 +63,8 @@ class Kernel:
     bytes_per_token: float = 0.0  # activations read and written, per token in the batch
     flops_per_token: float = 0.0
     kv_bytes_per_seq: float = 0.0  # KV cache read by attention, per sequence
+
+
 # ANCHOR_END: kernel
 
 
@@ -84,6 +86,8 @@ class Hardware:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.bandwidth <= 0 or self.peak_flops <= 0:
             raise ValueError("bandwidth and peak_flops must be > 0")
+
+
 # ANCHOR_END: hardware
 
 
@@ -139,6 +143,8 @@ def kernel_gpu_us(kernel: Kernel, batch: int, hw: Hardware) -> float:
     moved = kernel.weight_bytes + batch * (kernel.bytes_per_token + kernel.kv_bytes_per_seq)
     flops = batch * kernel.flops_per_token
     return max(moved / hw.bandwidth, flops / hw.peak_flops) * 1e6
+
+
 # ANCHOR_END: kernel_gpu_us
 
 
@@ -156,6 +162,8 @@ def eager_timeline(kernels: Sequence[Kernel], batch: int, hw: Hardware) -> list[
         gpu_free = start + kernel_gpu_us(k, batch, hw) + hw.eager_gap_us
         spans.append(Span(GPU, k.name, start, gpu_free))
     return spans
+
+
 # ANCHOR_END: eager_timeline
 
 
@@ -169,6 +177,8 @@ def graph_timeline(kernels: Sequence[Kernel], batch: int, hw: Hardware) -> list[
         spans.append(Span(GPU, k.name, gpu_free, end))
         gpu_free = end
     return spans
+
+
 # ANCHOR_END: graph_timeline
 
 
@@ -186,7 +196,9 @@ def simulate_step(preset: "Preset | str", batch: int) -> StepResult:
     preset = _as_preset(preset)
     eager = eager_timeline(preset.kernels, batch, preset.hardware)
     graph = graph_timeline(preset.kernels, batch, preset.hardware)
-    return StepResult(batch, step_time_us(eager), step_time_us(graph), _launches(eager), _launches(graph))
+    return StepResult(
+        batch, step_time_us(eager), step_time_us(graph), _launches(eager), _launches(graph)
+    )
 
 
 def sweep(preset: "Preset | str", batch_sizes: Iterable[int]) -> list[StepResult]:
@@ -222,11 +234,15 @@ def crossover_batch(
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if pays(mid) else (lo, mid)
     return hi
+
+
 # ANCHOR_END: crossover
 
 
 # ANCHOR: render_ascii
-def render_ascii(preset: "Preset | str", batch: int = 1, num_kernels: int = 8, width: int = 72) -> str:
+def render_ascii(
+    preset: "Preset | str", batch: int = 1, num_kernels: int = 8, width: int = 72
+) -> str:
     """The two lanes of the first `num_kernels` kernels, eager above graph, on one time scale.
 
     Digits name kernels (kernel i is drawn with i mod 10), '=' the graph launch, '.' idle.
@@ -253,7 +269,7 @@ def render_ascii(preset: "Preset | str", batch: int = 1, num_kernels: int = 8, w
                 kernel_index += 1
             first = int(span.start_us * scale)
             last = max(first + 1, int(span.end_us * scale))  # every bar at least one column
-            row[first:min(last, width)] = mark * (min(last, width) - first)
+            row[first : min(last, width)] = mark * (min(last, width) - first)
         return "".join(row)
 
     lines = [f"{preset.name}, batch {batch}, first {len(kernels)} kernels, 0 .. {end:.1f} us"]
@@ -262,6 +278,8 @@ def render_ascii(preset: "Preset | str", batch: int = 1, num_kernels: int = 8, w
         lines.append(f"{'':>5} GPU |{lane(spans, GPU)}|")
     lines.append("digits: kernel index mod 10; '=': graph launch; '.': idle")
     return "\n".join(lines)
+
+
 # ANCHOR_END: render_ascii
 
 
@@ -288,8 +306,12 @@ def _llama_kernels(
     act = hidden * BF16  # one token's hidden state
 
     def gemm(name: str, n_in: int, n_out: int) -> Kernel:
-        return Kernel(name, weight_bytes=n_in * n_out * BF16, bytes_per_token=(n_in + n_out) * BF16,
-                      flops_per_token=2 * n_in * n_out)
+        return Kernel(
+            name,
+            weight_bytes=n_in * n_out * BF16,
+            bytes_per_token=(n_in + n_out) * BF16,
+            flops_per_token=2 * n_in * n_out,
+        )
 
     def pointwise(name: str, width: int = hidden) -> Kernel:
         return Kernel(name, bytes_per_token=3 * width * BF16, flops_per_token=4 * width)
@@ -299,9 +321,12 @@ def _llama_kernels(
         gemm("qkv_proj", hidden, q + 2 * kv),
         pointwise("rotary", q + kv),
         pointwise("kv_cache_write", 2 * kv),
-        Kernel("attention", bytes_per_token=2 * q * BF16,
-               kv_bytes_per_seq=context_len * 2 * kv * BF16,
-               flops_per_token=4 * context_len * q),
+        Kernel(
+            "attention",
+            bytes_per_token=2 * q * BF16,
+            kv_bytes_per_seq=context_len * 2 * kv * BF16,
+            flops_per_token=4 * context_len * q,
+        ),
         gemm("o_proj", q, hidden),
         pointwise("residual_rmsnorm"),
         gemm("gate_up_proj", hidden, 2 * mlp),
@@ -322,8 +347,14 @@ def _llama_kernels(
 
 def _h100(launch_us: float, node_us: float) -> Hardware:
     """An H100 SXM: the presets differ only in the host's launch cost and a node's cost."""
-    return Hardware(launch_us=launch_us, graph_launch_us=GRAPH_LAUNCH_US, eager_gap_us=H100_EAGER_GAP_US,
-                    node_us=node_us, bandwidth=H100_BANDWIDTH, peak_flops=H100_PEAK_BF16)
+    return Hardware(
+        launch_us=launch_us,
+        graph_launch_us=GRAPH_LAUNCH_US,
+        eager_gap_us=H100_EAGER_GAP_US,
+        node_us=node_us,
+        bandwidth=H100_BANDWIDTH,
+        peak_flops=H100_PEAK_BF16,
+    )
 
 
 # ANCHOR: presets
@@ -345,10 +376,30 @@ GRAPH_LAUNCH_US = 10.0  # one cudaGraphLaunch: a few to ~10 µs of host time, no
 # the low end, for kernels that are themselves next to free.
 GRAPH_NODE_GAP_US = 1.0
 
-_LLAMA31_8B = dict(layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, mlp=14336, vocab=128256,
-                   context_len=6144, extra_per_layer=4, sampler_kernels=10)
-_SMOLLM2_135M = dict(layers=30, hidden=576, heads=9, kv_heads=3, head_dim=64, mlp=1536, vocab=49152,
-                     context_len=128, extra_per_layer=35, sampler_kernels=11)
+_LLAMA31_8B = dict(
+    layers=32,
+    hidden=4096,
+    heads=32,
+    kv_heads=8,
+    head_dim=128,
+    mlp=14336,
+    vocab=128256,
+    context_len=6144,
+    extra_per_layer=4,
+    sampler_kernels=10,
+)
+_SMOLLM2_135M = dict(
+    layers=30,
+    hidden=576,
+    heads=9,
+    kv_heads=3,
+    head_dim=64,
+    mlp=1536,
+    vocab=49152,
+    context_len=128,
+    extra_per_layer=35,
+    sampler_kernels=11,
+)
 
 PRESETS: dict[str, Preset] = {
     # Fitted to the Llama-3.1-8B table of COURSE_SPEC §5 (decode ms/step, eager -> graph).
@@ -403,12 +454,20 @@ def get_preset(name: str) -> Preset:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(sorted(PRESETS))}") from None
+        raise ValueError(
+            f"unknown preset {name!r}; choose one of: {', '.join(sorted(PRESETS))}"
+        ) from None
 
 
 # ANCHOR: refit
-def refit_preset(preset: "Preset | str", *, eager_ms: float, num_kernels: int, batch: int = 1,
-                 kernel_gpu_ms: float | None = None) -> Preset:
+def refit_preset(
+    preset: "Preset | str",
+    *,
+    eager_ms: float,
+    num_kernels: int,
+    batch: int = 1,
+    kernel_gpu_ms: float | None = None,
+) -> Preset:
     """The preset re-fitted to a measured eager step: its kernels and its launch cost.
 
     The kernel list is rebuilt with as many small housekeeping kernels per layer as
@@ -445,7 +504,9 @@ def refit_preset(preset: "Preset | str", *, eager_ms: float, num_kernels: int, b
 
     lo, hi = 0.0, 1000.0
     if eager_ms_at(lo) > eager_ms:
-        raise ValueError(f"even free launches give {eager_ms_at(lo):.2f} ms, more than the measured {eager_ms} ms")
+        raise ValueError(
+            f"even free launches give {eager_ms_at(lo):.2f} ms, more than the measured {eager_ms} ms"
+        )
     for _ in range(60):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if eager_ms_at(mid) < eager_ms else (lo, mid)
@@ -458,4 +519,6 @@ def refit_preset(preset: "Preset | str", *, eager_ms: float, num_kernels: int, b
         reference_ms={batch: (eager_ms, float("nan"))},
         shape=shape,
     )
+
+
 # ANCHOR_END: refit

@@ -77,6 +77,8 @@ def publish_atomically(final: Path, build: Callable[[Path], None]) -> Path:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
 # ANCHOR_END: publish_atomically
 
 

@@ -72,15 +72,23 @@ def find_smollm2_gguf() -> Path:
 def permute_rows(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
     """Hugging Face row order -> llama.cpp's (rotate-half pairs become adjacent rows)."""
     rows = weight.shape[0]
-    return (weight.reshape(num_heads, 2, rows // num_heads // 2, *weight.shape[1:])
-            .transpose(1, 2).reshape(weight.shape))
+    return (
+        weight.reshape(num_heads, 2, rows // num_heads // 2, *weight.shape[1:])
+        .transpose(1, 2)
+        .reshape(weight.shape)
+    )
 
 
 def unpermute_rows(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
     """llama.cpp's row order -> Hugging Face's (the inverse of `permute_rows`)."""
     rows = weight.shape[0]
-    return (weight.reshape(num_heads, rows // num_heads // 2, 2, *weight.shape[1:])
-            .transpose(1, 2).reshape(weight.shape))
+    return (
+        weight.reshape(num_heads, rows // num_heads // 2, 2, *weight.shape[1:])
+        .transpose(1, 2)
+        .reshape(weight.shape)
+    )
+
+
 # ANCHOR_END: qk_permutation
 
 
@@ -148,12 +156,19 @@ def hf_name(gguf_name: str) -> str:
 
 
 # ANCHOR: iter_gguf_weights
-def iter_gguf_weights(reader: Any, config: LlamaConfig, progress: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_gguf_weights(
+    reader: Any, config: LlamaConfig, progress: bool = True
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(Hugging Face name, float32 tensor) for every tensor, dequantized and unpermuted."""
     from gguf import dequantize  # optional dependency: only the GGUF path needs it
     from tqdm.auto import tqdm
 
-    tensors = tqdm(reader.tensors, desc="Converting SmolLM2 GGUF (one time)", unit="tensor", disable=not progress)
+    tensors = tqdm(
+        reader.tensors,
+        desc="Converting SmolLM2 GGUF (one time)",
+        unit="tensor",
+        disable=not progress,
+    )
     for tensor in tensors:
         name = hf_name(tensor.name)
         # dequantize() returns numpy in GGUF's reversed dimension order, which is
@@ -166,4 +181,6 @@ def iter_gguf_weights(reader: Any, config: LlamaConfig, progress: bool = True) -
         elif name.endswith("k_proj.weight"):
             weight = unpermute_rows(weight, config.num_key_value_heads)
         yield name, weight.contiguous()
+
+
 # ANCHOR_END: iter_gguf_weights

@@ -46,13 +46,22 @@ def _weight_files(path: Path) -> list[Path]:
     found = sorted(path.glob("*.safetensors"))
     if found:
         return found
-    raise UserError(f"{path} has no *.safetensors weights (PyTorch .bin checkpoints are not supported)")
+    raise UserError(
+        f"{path} has no *.safetensors weights (PyTorch .bin checkpoints are not supported)"
+    )
 
 
 _SAFETENSORS_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-    "U8": torch.uint8, "BOOL": torch.bool,
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
 }
 
 
@@ -76,7 +85,7 @@ def read_safetensors_file(file: Path) -> tuple[dict[str, str], list[tuple[str, t
                 raise UserError(f"{file} ended after {done} of {size} bytes")
             done += n
     header_len = int.from_bytes(view[:8], "little")
-    header = json.loads(bytes(view[8:8 + header_len]))
+    header = json.loads(bytes(view[8 : 8 + header_len]))
     base = 8 + header_len
     tensors = []
     for name, info in header.items():
@@ -86,7 +95,7 @@ def read_safetensors_file(file: Path) -> tuple[dict[str, str], list[tuple[str, t
             raise UserError(f"{file.name}: tensor {name} has unsupported dtype {info['dtype']}")
         dtype = _SAFETENSORS_DTYPES[info["dtype"]]
         start, end = info["data_offsets"]
-        raw = data[base + start: base + end]
+        raw = data[base + start : base + end]
         if (base + start) % dtype.itemsize:
             raw = raw.clone()  # unaligned for this dtype: a copy is aligned
         tensors.append((name, raw.view(dtype).view(info["shape"])))

@@ -43,7 +43,9 @@ def save_snapshot(model: nn.Module, path: str | Path) -> None:
             data = data.t()  # the bytes as they are in memory: [in, out], contiguous
             transposed.append(name)
         tensors[name] = data.contiguous()
-    save_file(tensors, str(Path(path) / SNAPSHOT_FILE), metadata={"transposed": json.dumps(transposed)})
+    save_file(
+        tensors, str(Path(path) / SNAPSHOT_FILE), metadata={"transposed": json.dumps(transposed)}
+    )
 
 
 def load_snapshot(model: nn.Module, path: str | Path) -> None:
@@ -61,8 +63,10 @@ def load_snapshot(model: nn.Module, path: str | Path) -> None:
         module = model.get_submodule(module_name)
         param = getattr(module, attr, None)
         if not isinstance(param, nn.Parameter) or tuple(param.shape) != tuple(tensor.shape):
-            raise UserError(f"snapshot tensor {name} {tuple(tensor.shape)} does not fit the model: the cache entry "
-                            f"{Path(path)} is damaged or stale; delete it and load again (it is rebuilt)")
+            raise UserError(
+                f"snapshot tensor {name} {tuple(tensor.shape)} does not fit the model: the cache entry "
+                f"{Path(path)} is damaged or stale; delete it and load again (it is rebuilt)"
+            )
         seen.add(name)
         same_place = tensor.device == param.device and tensor.dtype == param.dtype
         tied_head = name == "lm_head.weight" and tied
@@ -79,5 +83,7 @@ def load_snapshot(model: nn.Module, path: str | Path) -> None:
             param.data.copy_(tensor)
     missing = expected - seen - ({"lm_head.weight"} if tied else set())
     if missing:
-        raise UserError(f"snapshot {file} lacks {sorted(missing)[:5]}: the cache entry is damaged or stale; "
-                        f"delete {Path(path)} and load again (it is rebuilt)")
+        raise UserError(
+            f"snapshot {file} lacks {sorted(missing)[:5]}: the cache entry is damaged or stale; "
+            f"delete {Path(path)} and load again (it is rebuilt)"
+        )

@@ -60,11 +60,22 @@ def save_figure(fig: Figure, path: "str | Path") -> Path:
     return path
 
 
-def draw(figures: Mapping[str, Callable[[], Figure]], description: str, argv: "Sequence[str] | None" = None) -> int:
+def draw(
+    figures: Mapping[str, Callable[[], Figure]],
+    description: str,
+    argv: "Sequence[str] | None" = None,
+) -> int:
     """The command line of a figure script: draw every figure (or `--only` some) into `--out-dir`."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--out-dir", type=Path, default=OUT_DIR, help="where to write (default: %(default)s)")
-    parser.add_argument("--only", action="append", choices=sorted(figures), help="draw just this figure (repeatable)")
+    parser.add_argument(
+        "--out-dir", type=Path, default=OUT_DIR, help="where to write (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=sorted(figures),
+        help="draw just this figure (repeatable)",
+    )
     args = parser.parse_args(argv)
     for name in args.only or sorted(figures):
         path = save_figure(figures[name](), args.out_dir / name)

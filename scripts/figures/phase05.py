@@ -74,7 +74,11 @@ _THRESHOLD_COLOR = "#7f8c8d"
 
 
 def synthetic_batch_trace(
-    num_steps: int = 5000, median: float = 20.0, sigma: float = 0.7, seed: int = 0, max_size: int = 512
+    num_steps: int = 5000,
+    median: float = 20.0,
+    sigma: float = 0.7,
+    seed: int = 0,
+    max_size: int = 512,
 ) -> list[int]:
     """Decode batch sizes of a made-up chat server: log-normal around `median`, a long tail.
 
@@ -104,8 +108,14 @@ LADDERS: dict[str, list[int]] = {
 }
 
 
-_DIAGRAM_NAMES = {"embedding": "embed", "rmsnorm": "norm", "attention": "attn", "up_proj": "up\nproj",
-                  "down_proj": "down\nproj", "lm_head": "lm\nhead"}
+_DIAGRAM_NAMES = {
+    "embedding": "embed",
+    "rmsnorm": "norm",
+    "attention": "attn",
+    "up_proj": "up\nproj",
+    "down_proj": "down\nproj",
+    "lm_head": "lm\nhead",
+}
 
 
 def _short(name: str) -> str:
@@ -119,7 +129,9 @@ def _short(name: str) -> str:
 
 
 @styled
-def two_lane_figure(preset: str = "h100-smollm2-135m", batch: int = 1, num_kernels: int = 8) -> Figure:
+def two_lane_figure(
+    preset: str = "h100-smollm2-135m", batch: int = 1, num_kernels: int = 8
+) -> Figure:
     """The first kernels of a decode step on two lanes (CPU issues, GPU executes), eager
     above, one graph replay below, on the same time axis."""
     p = get_preset(preset)
@@ -140,34 +152,93 @@ def two_lane_figure(preset: str = "h100-smollm2-135m", batch: int = 1, num_kerne
     for ax, (title, spans) in zip(axes, views):
         # Pale background: wherever it shows through on the GPU lane, the GPU is idle.
         for y in lane_y.values():
-            ax.add_patch(patches.Rectangle((0, y - height / 2), end, height, color="#f2f3f4", zorder=0))
+            ax.add_patch(
+                patches.Rectangle((0, y - height / 2), end, height, color="#f2f3f4", zorder=0)
+            )
         for span in spans:
             y = lane_y[span.lane] - height / 2
             width = span.end_us - span.start_us
             if span.name not in index:  # the graph launch
-                ax.add_patch(patches.Rectangle((span.start_us, y), width, height, facecolor="#566573",
-                                               edgecolor="white", linewidth=0.8))
-                ax.text(span.start_us + width / 2, y + height / 2, "graph\nlaunch", ha="center",
-                        va="center", color="white", fontsize=7)
+                ax.add_patch(
+                    patches.Rectangle(
+                        (span.start_us, y),
+                        width,
+                        height,
+                        facecolor="#566573",
+                        edgecolor="white",
+                        linewidth=0.8,
+                    )
+                )
+                ax.text(
+                    span.start_us + width / 2,
+                    y + height / 2,
+                    "graph\nlaunch",
+                    ha="center",
+                    va="center",
+                    color="white",
+                    fontsize=7,
+                )
                 continue
             i = index[span.name]
             if span.lane == "cpu":
-                ax.add_patch(patches.Rectangle((span.start_us, y), width, height, facecolor=colors[i],
-                                               edgecolor="white", linewidth=0.8, alpha=0.85))
-                ax.text(span.start_us + width / 2, y + height / 2, f"{i}\n{_short(span.name)}",
-                        ha="center", va="center", fontsize=6.5, color="white")
+                ax.add_patch(
+                    patches.Rectangle(
+                        (span.start_us, y),
+                        width,
+                        height,
+                        facecolor=colors[i],
+                        edgecolor="white",
+                        linewidth=0.8,
+                        alpha=0.85,
+                    )
+                )
+                ax.text(
+                    span.start_us + width / 2,
+                    y + height / 2,
+                    f"{i}\n{_short(span.name)}",
+                    ha="center",
+                    va="center",
+                    fontsize=6.5,
+                    color="white",
+                )
             else:
                 # The kernel's own work (its roofline time), then the fixed cost every
                 # eager kernel / graph node pays on the GPU, drawn paler.
                 work = kernel_gpu_us(kernels[i], batch, hw)
-                ax.add_patch(patches.Rectangle((span.start_us, y), work, height, facecolor=colors[i],
-                                               edgecolor="none"))
-                ax.add_patch(patches.Rectangle((span.start_us + work, y), width - work, height,
-                                               facecolor=colors[i], alpha=0.35, edgecolor="none"))
-                ax.add_patch(patches.Rectangle((span.start_us, y), width, height, fill=False,
-                                               edgecolor="white", linewidth=0.8))
-                ax.text(span.start_us + width / 2, y + height / 2, str(i), ha="center", va="center",
-                        fontsize=7, color="black")
+                ax.add_patch(
+                    patches.Rectangle(
+                        (span.start_us, y), work, height, facecolor=colors[i], edgecolor="none"
+                    )
+                )
+                ax.add_patch(
+                    patches.Rectangle(
+                        (span.start_us + work, y),
+                        width - work,
+                        height,
+                        facecolor=colors[i],
+                        alpha=0.35,
+                        edgecolor="none",
+                    )
+                )
+                ax.add_patch(
+                    patches.Rectangle(
+                        (span.start_us, y),
+                        width,
+                        height,
+                        fill=False,
+                        edgecolor="white",
+                        linewidth=0.8,
+                    )
+                )
+                ax.text(
+                    span.start_us + width / 2,
+                    y + height / 2,
+                    str(i),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="black",
+                )
         total = step_time_us(spans)
         ax.axvline(total, color="black", linestyle="--", linewidth=0.8)
         done = f"{len(kernels)} kernels done: {total:.0f} µs"
@@ -179,12 +250,27 @@ def two_lane_figure(preset: str = "h100-smollm2-135m", batch: int = 1, num_kerne
         gaps = [(b.start_us - a.end_us, a.end_us, b.start_us) for a, b in zip(gpu, gpu[1:])]
         for gap, g0, g1 in gaps:  # eager: the GPU waits for each launch
             if gap > 0.05 * end:
-                ax.text((g0 + g1) / 2, lane_y["gpu"], "idle", ha="center", va="center", fontsize=7,
-                        style="italic", color="#777777")
+                ax.text(
+                    (g0 + g1) / 2,
+                    lane_y["gpu"],
+                    "idle",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    style="italic",
+                    color="#777777",
+                )
         cpu_end = max(sp.end_us for sp in spans if sp.lane == "cpu")
         if end - cpu_end > 0.3 * end:  # graph: the host has nothing left to issue
-            ax.text((cpu_end + end) / 2, lane_y["cpu"], "CPU free: it can already prepare the next step",
-                    ha="center", va="center", fontsize=8, color="#555555")
+            ax.text(
+                (cpu_end + end) / 2,
+                lane_y["cpu"],
+                "CPU free: it can already prepare the next step",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="#555555",
+            )
         ax.set_title(title, loc="left")
         ax.set_ylim(-0.5, 1.8)
         ax.set_yticks([1.0, 0.0], ["CPU\nissues", "GPU\nexecutes"])
@@ -194,14 +280,21 @@ def two_lane_figure(preset: str = "h100-smollm2-135m", batch: int = 1, num_kerne
     axes[-1].set_xlabel("time (µs)")
     legend = [
         patches.Patch(facecolor="#777777", label="kernel work (roofline: bytes or FLOPs)"),
-        patches.Patch(facecolor="#777777", alpha=0.35,
-                      label=f"fixed GPU cost: {hw.eager_gap_us:g} µs per eager kernel, {hw.node_us:g} µs per graph node"),
+        patches.Patch(
+            facecolor="#777777",
+            alpha=0.35,
+            label=f"fixed GPU cost: {hw.eager_gap_us:g} µs per eager kernel, {hw.node_us:g} µs per graph node",
+        ),
         patches.Patch(facecolor="#f2f3f4", edgecolor="#cccccc", label="lane idle"),
     ]
-    axes[0].legend(handles=legend, loc="upper right", bbox_to_anchor=(1.0, 1.32), ncol=3, frameon=False)
+    axes[0].legend(
+        handles=legend, loc="upper right", bbox_to_anchor=(1.0, 1.32), ncol=3, frameon=False
+    )
     fig.suptitle(
         f"{p.name}, batch {batch}: the first {len(kernels)} of {len(p.kernels)} kernels "
-        f"(host {hw.launch_us:g} µs per launch)", fontsize=10)
+        f"(host {hw.launch_us:g} µs per launch)",
+        fontsize=10,
+    )
     return fig
 
 
@@ -214,7 +307,9 @@ def _plain_log2_axis(ax, top: int) -> None:
     ticks = [4**i for i in range(10) if 4**i <= top]
     ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(ticks))
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.xaxis.set_minor_locator(matplotlib.ticker.FixedLocator([2**i for i in range(14) if 2**i <= top]))
+    ax.xaxis.set_minor_locator(
+        matplotlib.ticker.FixedLocator([2**i for i in range(14) if 2**i <= top])
+    )
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
@@ -244,27 +339,65 @@ def crossover_figure(
         ref_b, ref_s = _reference_speedups(p)
         top = max(max(speedups), max(ref_s)) * 1.12
         ax.axvspan(MAX_DEFAULT_CAPTURE, max_batch * 1.3, color="#f2f3f4", zorder=0)
-        ax.text(np.sqrt(MAX_DEFAULT_CAPTURE * max_batch * 1.3), 0.9 + 0.97 * (top - 0.9),
-                "above vLLM's largest\ndefault capture size:\nruns eagerly anyway", ha="center", va="top",
-                fontsize=7, color="#555555")
+        ax.text(
+            np.sqrt(MAX_DEFAULT_CAPTURE * max_batch * 1.3),
+            0.9 + 0.97 * (top - 0.9),
+            "above vLLM's largest\ndefault capture size:\nruns eagerly anyway",
+            ha="center",
+            va="top",
+            fontsize=7,
+            color="#555555",
+        )
         ax.plot(batches, speedups, color=_GRAPH_COLOR, linewidth=2, label="model (simulate_step)")
-        ax.axhline(CROSSOVER_THRESHOLD, color=_THRESHOLD_COLOR, linestyle="--", linewidth=1,
-                   label=f"threshold {CROSSOVER_THRESHOLD:g}×")
-        ax.plot(ref_b, ref_s, "o", mfc="none", mec=_REFERENCE_COLOR, mew=1.5, markersize=7,
-                label="reference measurements")
+        ax.axhline(
+            CROSSOVER_THRESHOLD,
+            color=_THRESHOLD_COLOR,
+            linestyle="--",
+            linewidth=1,
+            label=f"threshold {CROSSOVER_THRESHOLD:g}×",
+        )
+        ax.plot(
+            ref_b,
+            ref_s,
+            "o",
+            mfc="none",
+            mec=_REFERENCE_COLOR,
+            mew=1.5,
+            markersize=7,
+            label="reference measurements",
+        )
         cross = crossover_batch(p, max_batch=max_batch)
         if cross is not None:
             s = sweep(p, [cross])[0].speedup
             ax.axvline(cross, color=_EAGER_COLOR, linewidth=1, linestyle=":")
-            ax.plot([cross], [s], "D", color=_EAGER_COLOR, markersize=7, zorder=5,
-                    label=f"crossover: batch {cross}")
-            ax.annotate(f"crossover: batch {cross}\nfirst speedup below {CROSSOVER_THRESHOLD:g}×\n({s:.4f}×)",
-                        (cross, s), xytext=(-14, 36), textcoords="offset points", ha="right",
-                        fontsize=8, color=_EAGER_COLOR,
-                        arrowprops=dict(arrowstyle="->", color=_EAGER_COLOR, linewidth=0.8))
+            ax.plot(
+                [cross],
+                [s],
+                "D",
+                color=_EAGER_COLOR,
+                markersize=7,
+                zorder=5,
+                label=f"crossover: batch {cross}",
+            )
+            ax.annotate(
+                f"crossover: batch {cross}\nfirst speedup below {CROSSOVER_THRESHOLD:g}×\n({s:.4f}×)",
+                (cross, s),
+                xytext=(-14, 36),
+                textcoords="offset points",
+                ha="right",
+                fontsize=8,
+                color=_EAGER_COLOR,
+                arrowprops=dict(arrowstyle="->", color=_EAGER_COLOR, linewidth=0.8),
+            )
         else:
-            ax.text(0.03, 0.06, f"no crossover up to batch {max_batch}\n(still {results[-1].speedup:.2f}× there)",
-                    transform=ax.transAxes, fontsize=8, color=_EAGER_COLOR)
+            ax.text(
+                0.03,
+                0.06,
+                f"no crossover up to batch {max_batch}\n(still {results[-1].speedup:.2f}× there)",
+                transform=ax.transAxes,
+                fontsize=8,
+                color=_EAGER_COLOR,
+            )
         _plain_log2_axis(ax, max_batch)
         ax.set_xlim(1, max_batch * 1.3)
         ax.set_ylim(0.9, top)
@@ -274,8 +407,11 @@ def crossover_figure(
         ax.grid(True, which="major", color="#e5e5e5", linewidth=0.6)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=len(handles), frameon=False)
-    fig.suptitle("Where CUDA graphs stop paying: the speedup falls as the GPU lane fills up "
-                 "(reference points: COURSE_SPEC §5)", fontsize=10)
+    fig.suptitle(
+        "Where CUDA graphs stop paying: the speedup falls as the GPU lane fills up "
+        "(reference points: COURSE_SPEC §5)",
+        fontsize=10,
+    )
     return fig
 
 
@@ -291,25 +427,58 @@ def step_time_figure(preset: str = "h100-llama3.1-8b", max_batch: int = 64) -> F
 
     fig = Figure(figsize=(8, 4.4), layout="constrained")
     ax = fig.subplots()
-    ax.fill_between(batches, graph, eager, color="#f5cba7", alpha=0.6, linewidth=0,
-                    label="time the graph saves")
+    ax.fill_between(
+        batches, graph, eager, color="#f5cba7", alpha=0.6, linewidth=0, label="time the graph saves"
+    )
     ax.plot(batches, eager, color=_EAGER_COLOR, linewidth=2, label="eager (model)")
     ax.plot(batches, graph, color=_GRAPH_COLOR, linewidth=2, label="one CUDA graph (model)")
     ref_b = sorted(p.reference_ms)
-    ax.plot(ref_b, [p.reference_ms[b][0] for b in ref_b], "s", mfc="none", mec=_EAGER_COLOR, mew=1.5,
-            markersize=7, label="eager, reference")
-    ax.plot(ref_b, [p.reference_ms[b][1] for b in ref_b], "o", mfc="none", mec=_GRAPH_COLOR, mew=1.5,
-            markersize=7, label="graph, reference")
+    ax.plot(
+        ref_b,
+        [p.reference_ms[b][0] for b in ref_b],
+        "s",
+        mfc="none",
+        mec=_EAGER_COLOR,
+        mew=1.5,
+        markersize=7,
+        label="eager, reference",
+    )
+    ax.plot(
+        ref_b,
+        [p.reference_ms[b][1] for b in ref_b],
+        "o",
+        mfc="none",
+        mec=_GRAPH_COLOR,
+        mew=1.5,
+        markersize=7,
+        label="graph, reference",
+    )
     host_ms = len(p.kernels) * hw.launch_us / 1000
     weights_ms = sum(k.weight_bytes for k in p.kernels) / hw.bandwidth * 1000
     ax.axhline(host_ms, color=_EAGER_COLOR, linestyle=":", linewidth=0.8)
-    ax.text(max_batch, host_ms, f"host: {len(p.kernels)} launches × {hw.launch_us:g} µs = {host_ms:.1f} ms ",
-            ha="right", va="bottom", fontsize=7.5, color=_EAGER_COLOR)
+    ax.text(
+        max_batch,
+        host_ms,
+        f"host: {len(p.kernels)} launches × {hw.launch_us:g} µs = {host_ms:.1f} ms ",
+        ha="right",
+        va="bottom",
+        fontsize=7.5,
+        color=_EAGER_COLOR,
+    )
     ax.axhline(weights_ms, color=_GRAPH_COLOR, linestyle=":", linewidth=0.8)
-    ax.text(max_batch, weights_ms, f"weights once at {hw.bandwidth / 1e12:g} TB/s: {weights_ms:.1f} ms ",
-            ha="right", va="top", fontsize=7.5, color=_GRAPH_COLOR)
+    ax.text(
+        max_batch,
+        weights_ms,
+        f"weights once at {hw.bandwidth / 1e12:g} TB/s: {weights_ms:.1f} ms ",
+        ha="right",
+        va="top",
+        fontsize=7.5,
+        color=_GRAPH_COLOR,
+    )
     _plain_log2_axis(ax, max_batch)
-    ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator([2**i for i in range(14) if 2**i <= max_batch]))
+    ax.xaxis.set_major_locator(
+        matplotlib.ticker.FixedLocator([2**i for i in range(14) if 2**i <= max_batch])
+    )
     ax.set_xlim(1, max_batch)
     ax.set_ylim(0, None)
     ax.set_xlabel("decode batch size (sequences)")
@@ -317,9 +486,12 @@ def step_time_figure(preset: str = "h100-llama3.1-8b", max_batch: int = 64) -> F
     ax.grid(True, color="#e5e5e5", linewidth=0.6)
     ax.legend(loc="upper left", frameon=False)
     cross = crossover_batch(p)
-    ax.set_title(f"{p.name}: eager vs graph step time ({len(p.kernels)} kernels a step; "
-                 f"graphs stop paying at batch {cross})\nreference points: COURSE_SPEC §5",
-                 loc="left", fontsize=9)
+    ax.set_title(
+        f"{p.name}: eager vs graph step time ({len(p.kernels)} kernels a step; "
+        f"graphs stop paying at batch {cross})\nreference points: COURSE_SPEC §5",
+        loc="left",
+        fontsize=9,
+    )
     return fig
 
 
@@ -335,7 +507,9 @@ def _diagram_model(num_layers: int, hidden: int = 8) -> list[Op]:
     return [embed, *toy_model(hidden=hidden, num_layers=num_layers, attention=True), head]
 
 
-def _launches_per_step(runner: Callable[[np.ndarray], np.ndarray], device: SimDevice, x: np.ndarray) -> int:
+def _launches_per_step(
+    runner: Callable[[np.ndarray], np.ndarray], device: SimDevice, x: np.ndarray
+) -> int:
     runner(x)  # the first call warms up and captures
     before = device.launches
     runner(x)
@@ -375,39 +549,107 @@ def full_vs_piecewise_figure(num_layers: int = 3) -> Figure:
     def draw_ops(y: float) -> None:
         for i, op in enumerate(ops):
             eager = not op.capturable
-            ax.add_patch(patches.FancyBboxPatch((xs[i], y), box_w, box_h, boxstyle="round,pad=0,rounding_size=0.08",
-                                                facecolor=attn_color if eager else op_color,
-                                                edgecolor="#5d6d7e", linewidth=0.8, zorder=3))
-            ax.text(xs[i] + box_w / 2, y + box_h / 2, _DIAGRAM_NAMES.get(_short(op.name), _short(op.name)), ha="center",
-                    va="center", fontsize=7, zorder=4)
+            ax.add_patch(
+                patches.FancyBboxPatch(
+                    (xs[i], y),
+                    box_w,
+                    box_h,
+                    boxstyle="round,pad=0,rounding_size=0.08",
+                    facecolor=attn_color if eager else op_color,
+                    edgecolor="#5d6d7e",
+                    linewidth=0.8,
+                    zorder=3,
+                )
+            )
+            ax.text(
+                xs[i] + box_w / 2,
+                y + box_h / 2,
+                _DIAGRAM_NAMES.get(_short(op.name), _short(op.name)),
+                ha="center",
+                va="center",
+                fontsize=7,
+                zorder=4,
+            )
 
     # Layer bands behind the boxes, so the repeating pattern reads at a glance.
-    layer_of = [None] + [i for i in range(num_layers) for _ in range(len(ops[1:-1]) // num_layers)] + [None]
+    layer_of = (
+        [None]
+        + [i for i in range(num_layers) for _ in range(len(ops[1:-1]) // num_layers)]
+        + [None]
+    )
     for layer in range(num_layers):
         members = [i for i, lay in enumerate(layer_of) if lay == layer]
         x0, x1 = xs[members[0]] - gap / 2, xs[members[-1]] + box_w + gap / 2
-        ax.add_patch(patches.Rectangle((x0, -0.35), x1 - x0, 5.95, facecolor=layer_colors[layer % 2],
-                                       edgecolor="#d5d8dc", linewidth=0.5, zorder=0))
-        ax.text((x0 + x1) / 2, 5.45, f"layer {layer}", ha="center", va="center", fontsize=8, color="#555555")
+        ax.add_patch(
+            patches.Rectangle(
+                (x0, -0.35),
+                x1 - x0,
+                5.95,
+                facecolor=layer_colors[layer % 2],
+                edgecolor="#d5d8dc",
+                linewidth=0.5,
+                zorder=0,
+            )
+        )
+        ax.text(
+            (x0 + x1) / 2,
+            5.45,
+            f"layer {layer}",
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="#555555",
+        )
 
     right = xs[-1] + box_w
     label_x = -0.4
     # (a) eager
     y = row_y["eager"]
     draw_ops(y)
-    ax.text(label_x, y + box_h / 2, f"NONE (eager)\n{eager_launches} launches", ha="right", va="center",
-            fontsize=9, fontweight="bold")
+    ax.text(
+        label_x,
+        y + box_h / 2,
+        f"NONE (eager)\n{eager_launches} launches",
+        ha="right",
+        va="center",
+        fontsize=9,
+        fontweight="bold",
+    )
     # (b) one FULL graph around everything
     y = row_y["full"]
-    ax.add_patch(patches.FancyBboxPatch((xs[0] - 0.12, y - 0.22), right - xs[0] + 0.24, box_h + 0.44,
-                                        boxstyle="round,pad=0,rounding_size=0.15", facecolor="#aed6f1",
-                                        edgecolor=_GRAPH_COLOR, linewidth=1.6, zorder=2))
+    ax.add_patch(
+        patches.FancyBboxPatch(
+            (xs[0] - 0.12, y - 0.22),
+            right - xs[0] + 0.24,
+            box_h + 0.44,
+            boxstyle="round,pad=0,rounding_size=0.15",
+            facecolor="#aed6f1",
+            edgecolor=_GRAPH_COLOR,
+            linewidth=1.6,
+            zorder=2,
+        )
+    )
     draw_ops(y)
-    ax.text(label_x, y + box_h / 2, f"FULL\n{full_launches} launch", ha="right", va="center",
-            fontsize=9, fontweight="bold")
-    ax.text((xs[0] + right) / 2, y + box_h + 0.32, "one graph: attention captured too (needs a capturable "
-            "attention backend and fixed metadata shapes)", ha="center", va="bottom", fontsize=7.5,
-            color=_GRAPH_COLOR, zorder=5)
+    ax.text(
+        label_x,
+        y + box_h / 2,
+        f"FULL\n{full_launches} launch",
+        ha="right",
+        va="center",
+        fontsize=9,
+        fontweight="bold",
+    )
+    ax.text(
+        (xs[0] + right) / 2,
+        y + box_h + 0.32,
+        "one graph: attention captured too (needs a capturable "
+        "attention backend and fixed metadata shapes)",
+        ha="center",
+        va="bottom",
+        fontsize=7.5,
+        color=_GRAPH_COLOR,
+        zorder=5,
+    )
     # (c) PIECEWISE: a graph per run of capturable ops, attention eager in between
     y = row_y["piecewise"]
     start = 0
@@ -417,33 +659,78 @@ def full_vs_piecewise_figure(num_layers: int = 3) -> Figure:
         first, last = start, start + n - 1
         if not piece.is_splitting_op:
             graph_no += 1
-            ax.add_patch(patches.FancyBboxPatch((xs[first] - 0.08, y - 0.22), xs[last] + box_w - xs[first] + 0.16,
-                                                box_h + 0.44, boxstyle="round,pad=0,rounding_size=0.15",
-                                                facecolor="#aed6f1", edgecolor=_GRAPH_COLOR, linewidth=1.6,
-                                                zorder=2))
-            ax.text((xs[first] + xs[last] + box_w) / 2, y + box_h + 0.3, f"graph {graph_no}", ha="center",
-                    va="bottom", fontsize=8, color=_GRAPH_COLOR, fontweight="bold", zorder=5)
+            ax.add_patch(
+                patches.FancyBboxPatch(
+                    (xs[first] - 0.08, y - 0.22),
+                    xs[last] + box_w - xs[first] + 0.16,
+                    box_h + 0.44,
+                    boxstyle="round,pad=0,rounding_size=0.15",
+                    facecolor="#aed6f1",
+                    edgecolor=_GRAPH_COLOR,
+                    linewidth=1.6,
+                    zorder=2,
+                )
+            )
+            ax.text(
+                (xs[first] + xs[last] + box_w) / 2,
+                y + box_h + 0.3,
+                f"graph {graph_no}",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                color=_GRAPH_COLOR,
+                fontweight="bold",
+                zorder=5,
+            )
         else:
-            ax.text(xs[first] + box_w / 2, y + box_h + 0.3, "eager", ha="center", va="bottom", fontsize=8,
-                    color="#b9770e", fontweight="bold", zorder=5)
+            ax.text(
+                xs[first] + box_w / 2,
+                y + box_h + 0.3,
+                "eager",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                color="#b9770e",
+                fontweight="bold",
+                zorder=5,
+            )
         start += n
     draw_ops(y)
     k = sum(p.is_splitting_op for p in pieces)
-    ax.text(label_x, y + box_h / 2, f"PIECEWISE\n{pw_launches} launches\n({pw_runner.num_captured_pieces} graphs"
-            f" + {k} attn)", ha="right", va="center", fontsize=9, fontweight="bold")
+    ax.text(
+        label_x,
+        y + box_h / 2,
+        f"PIECEWISE\n{pw_launches} launches\n({pw_runner.num_captured_pieces} graphs + {k} attn)",
+        ha="right",
+        va="center",
+        fontsize=9,
+        fontweight="bold",
+    )
 
     ax.set_xlim(-3.2, right + 0.3)
     ax.set_ylim(-0.45, 5.75)
     ax.set_axis_off()
     legend = [
         patches.Patch(facecolor=op_color, edgecolor="#5d6d7e", label="capturable op"),
-        patches.Patch(facecolor=attn_color, edgecolor="#5d6d7e", label="attention (splitting op, runs eagerly "
-                      "under PIECEWISE)"),
-        patches.Patch(facecolor="#aed6f1", edgecolor=_GRAPH_COLOR, label="captured graph: one launch per replay"),
+        patches.Patch(
+            facecolor=attn_color,
+            edgecolor="#5d6d7e",
+            label="attention (splitting op, runs eagerly under PIECEWISE)",
+        ),
+        patches.Patch(
+            facecolor="#aed6f1",
+            edgecolor=_GRAPH_COLOR,
+            label="captured graph: one launch per replay",
+        ),
     ]
-    ax.legend(handles=legend, loc="lower center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)
-    fig.suptitle(f"One forward of a {num_layers}-layer toy decoder: k = {k} attention ops give "
-                 f"k + 1 = {pw_runner.num_captured_pieces} captured pieces (split_ops)", fontsize=10)
+    ax.legend(
+        handles=legend, loc="lower center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False
+    )
+    fig.suptitle(
+        f"One forward of a {num_layers}-layer toy decoder: k = {k} attention ops give "
+        f"k + 1 = {pw_runner.num_captured_pieces} captured pieces (split_ops)",
+        fontsize=10,
+    )
     return fig
 
 
@@ -460,7 +747,11 @@ def padding_waste_figure(trace: "Sequence[int] | None" = None) -> Figure:
 
     def measure(ladders: list[list[int]]) -> tuple[list[int], list[float], list[float]]:
         reports = [padding_waste(trace, ladder) for ladder in ladders]
-        return [len(ld) for ld in ladders], [100 * r.waste for r in reports], [100 * r.hit_rate for r in reports]
+        return (
+            [len(ld) for ld in ladders],
+            [100 * r.waste for r in reports],
+            [100 * r.hit_rate for r in reports],
+        )
 
     # Left: ladders that all reach 512 (every step hits a graph), denser and denser.
     steps = [128, 64, 32, 16, 8, 4, 2]
@@ -481,23 +772,40 @@ def padding_waste_figure(trace: "Sequence[int] | None" = None) -> Figure:
     ax_h.plot(n, hit, marker=".", color="#48c9b0", label="vLLM default cut at a smaller max")
     for top, x, y in zip(tops, n, hit):
         if top in (8, 16, 32, 64, 512):
-            ax_h.annotate(f"max {top}", (x, y), xytext=(5, -10), textcoords="offset points", fontsize=7,
-                          color="#148f77")
+            ax_h.annotate(
+                f"max {top}",
+                (x, y),
+                xytext=(5, -10),
+                textcoords="offset points",
+                fontsize=7,
+                color="#148f77",
+            )
 
     markers = {"vLLM default (max 512)": "*", "powers of two to 512": "s", "8 buckets to 64": "D"}
     for label, ladder in LADDERS.items():
         r = padding_waste(trace, ladder)
-        style = dict(color="black", linestyle="none", marker=markers.get(label, "o"),
-                     markersize=11 if markers.get(label) == "*" else 7, zorder=5)
-        ax_w.plot([len(ladder)], [100 * r.waste], **style,
-                  label=f"{label}: {len(ladder)} graphs, {100 * r.waste:.1f}% waste, {100 * r.hit_rate:.1f}% hits")
+        style = dict(
+            color="black",
+            linestyle="none",
+            marker=markers.get(label, "o"),
+            markersize=11 if markers.get(label) == "*" else 7,
+            zorder=5,
+        )
+        ax_w.plot(
+            [len(ladder)],
+            [100 * r.waste],
+            **style,
+            label=f"{label}: {len(ladder)} graphs, {100 * r.waste:.1f}% waste, {100 * r.hit_rate:.1f}% hits",
+        )
         ax_h.plot([len(ladder)], [100 * r.hit_rate], **style, label=label)
 
     for ax in (ax_w, ax_h):
         ax.set_xscale("log")
         ax.set_xlabel("graphs captured (rungs on the ladder)")
         ax.grid(True, which="major", color="#e5e5e5", linewidth=0.6)
-        ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator([2, 5, 10, 20, 50, 100, 200, 500]))
+        ax.xaxis.set_major_locator(
+            matplotlib.ticker.FixedLocator([2, 5, 10, 20, 50, 100, 200, 500])
+        )
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax_w.set_yscale("log")
@@ -508,10 +816,25 @@ def padding_waste_figure(trace: "Sequence[int] | None" = None) -> Figure:
     ax_w.legend(loc="lower left", frameon=False, fontsize=7)
 
     ax_h.axhline(92, color=_GRAPH_COLOR, linestyle="--", linewidth=0.8)
-    ax_h.text(ax_h.get_xlim()[1], 92.6, "target > 92% ", color=_GRAPH_COLOR, fontsize=7, ha="right",
-              va="bottom")
+    ax_h.text(
+        ax_h.get_xlim()[1],
+        92.6,
+        "target > 92% ",
+        color=_GRAPH_COLOR,
+        fontsize=7,
+        ha="right",
+        va="bottom",
+    )
     ax_h.axhline(85, color=_EAGER_COLOR, linestyle="--", linewidth=0.8)
-    ax_h.text(ax_h.get_xlim()[1], 84.4, "alert < 85% ", color=_EAGER_COLOR, fontsize=7, ha="right", va="top")
+    ax_h.text(
+        ax_h.get_xlim()[1],
+        84.4,
+        "alert < 85% ",
+        color=_EAGER_COLOR,
+        fontsize=7,
+        ha="right",
+        va="top",
+    )
     ax_h.set_ylabel("graph hit rate (% of decode steps replayed)")
     ax_h.set_title("Hits: set by the largest rung, not by the density", loc="left")
     ax_h.set_ylim(0, 104)
@@ -519,9 +842,11 @@ def padding_waste_figure(trace: "Sequence[int] | None" = None) -> Figure:
 
     median = int(np.median(trace))
     above = sum(b > 64 for b in trace) / len(trace)
-    fig.suptitle(f"One synthetic decode trace ({len(trace)} steps, median batch {median}, "
-                 f"{100 * above:.1f}% of steps above 64 sequences) run through several capture-size ladders",
-                 fontsize=10)
+    fig.suptitle(
+        f"One synthetic decode trace ({len(trace)} steps, median batch {median}, "
+        f"{100 * above:.1f}% of steps above 64 sequences) run through several capture-size ladders",
+        fontsize=10,
+    )
     return fig
 
 
@@ -545,7 +870,7 @@ def parse_markdown_table(path: "str | Path") -> list[dict[str, str]]:
     start = next(i for i, line in enumerate(lines) if line.startswith("|"))
     header = [cell.strip() for cell in lines[start].strip("|").split("|")]
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         rows.append(dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")))))
@@ -559,7 +884,14 @@ def h100_decode_figure(path: "str | Path" = H100_RESULTS) -> Figure:
     transformers' eager generate as the baseline."""
     rows = parse_markdown_table(path)
     text = Path(path).read_text(encoding="utf-8")
-    machine = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("- machine:")), "")
+    machine = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in text.splitlines()
+            if line.startswith("- machine:")
+        ),
+        "",
+    )
     batches = [int(row["batch"]) for row in rows]
     series: dict[str, tuple[list[float], str]] = {
         "transformers": ([float(row["transformers ms"]) for row in rows], "eager generate"),
@@ -567,7 +899,10 @@ def h100_decode_figure(path: "str | Path" = H100_RESULTS) -> Figure:
     for mode in _H100_MODES:
         if f"{mode} step ms" in rows[0]:
             kernels = rows[0][f"{mode} kernels"]
-            series[mode] = ([float(row[f"{mode} step ms"]) for row in rows], f"{kernels} kernels/step")
+            series[mode] = (
+                [float(row[f"{mode} step ms"]) for row in rows],
+                f"{kernels} kernels/step",
+            )
     colours = {"transformers": "#7f8c8d", **_H100_MODES}
 
     fig = Figure(figsize=(9.5, 4.6), layout="constrained")
@@ -577,10 +912,24 @@ def h100_decode_figure(path: "str | Path" = H100_RESULTS) -> Figure:
     for i, (mode, (values, note)) in enumerate(series.items()):
         offsets = x - 0.4 + width * (i + 0.5)
         ax.bar(offsets, values, width, color=colours[mode], label=f"{mode} ({note})")
-        ax.text(offsets[0], values[0] * 1.08, f"{values[0]:.2f}", ha="center", va="bottom", fontsize=7,
-                rotation=90)
+        ax.text(
+            offsets[0],
+            values[0] * 1.08,
+            f"{values[0]:.2f}",
+            ha="center",
+            va="bottom",
+            fontsize=7,
+            rotation=90,
+        )
     floor = [float(row["floor ms"]) for row in rows]
-    ax.plot(x, floor, "k_", markersize=28, markeredgewidth=1.5, label="weight-read floor (bytes / copy bandwidth)")
+    ax.plot(
+        x,
+        floor,
+        "k_",
+        markersize=28,
+        markeredgewidth=1.5,
+        label="weight-read floor (bytes / copy bandwidth)",
+    )
     ax.set_yscale("log")
     ax.set_ylim(min(floor) * 0.7, max(max(v) for v, _ in series.values()) * 2.6)
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
@@ -591,9 +940,12 @@ def h100_decode_figure(path: "str | Path" = H100_RESULTS) -> Figure:
     ax.set_axisbelow(True)
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=4, frameon=False, fontsize=7.5)
-    ax.set_title(f"Measured decode step, SmolLM2-135M shape, bf16, context 128 ({machine})\n"
-                 f"source: {Path(path).relative_to(ROOT) if Path(path).is_relative_to(ROOT) else Path(path).name}",
-                 loc="left", fontsize=9)
+    ax.set_title(
+        f"Measured decode step, SmolLM2-135M shape, bf16, context 128 ({machine})\n"
+        f"source: {Path(path).relative_to(ROOT) if Path(path).is_relative_to(ROOT) else Path(path).name}",
+        loc="left",
+        fontsize=9,
+    )
     return fig
 
 

@@ -30,8 +30,14 @@ from mini_vllm.bench.ladder import (
     powers_of_two_ladder,
 )
 
-__all__ = ["FIGURES", "TRACE_FILE", "ladder_tradeoff_figure", "recorded_run", "trace_ladder_figure",
-           "ttft_vs_itl_figure"]
+__all__ = [
+    "FIGURES",
+    "TRACE_FILE",
+    "ladder_tradeoff_figure",
+    "recorded_run",
+    "trace_ladder_figure",
+    "ttft_vs_itl_figure",
+]
 
 TRACE_FILE = ROOT / "labs" / "lab-12-capture-ladder" / "data" / "trace.json"
 GRAPH_BUDGET = 6  # the budget the chapter uses: as many rungs as powers of two up to 32
@@ -65,20 +71,44 @@ def trace_ladder_figure(max_graphs: int = GRAPH_BUDGET) -> Figure:
     ax.bar(sizes, heights, width=0.8, color=colors, alpha=0.55)
     top = max(heights) * 1.12
     for i, rung in enumerate(chosen):
-        ax.axvline(rung + 0.45, color=_CHOSEN_COLOR, lw=1.6, label="chosen rungs" if i == 0 else None)
+        ax.axvline(
+            rung + 0.45, color=_CHOSEN_COLOR, lw=1.6, label="chosen rungs" if i == 0 else None
+        )
     for i, rung in enumerate(naive):
-        ax.axvline(rung + 0.45, color=_NAIVE_COLOR, lw=1.2, ls="--", label="powers of two" if i == 0 else None)
+        ax.axvline(
+            rung + 0.45,
+            color=_NAIVE_COLOR,
+            lw=1.2,
+            ls="--",
+            label="powers of two" if i == 0 else None,
+        )
     c, n = evaluate_ladder(trace, chosen), evaluate_ladder(trace, naive)
-    ax.text(chosen[-1] + 1, top * 0.93, "above the top rung:\nruns eagerly (a miss)", color=_TAIL_COLOR,
-            fontsize=8, va="top")
+    ax.text(
+        chosen[-1] + 1,
+        top * 0.93,
+        "above the top rung:\nruns eagerly (a miss)",
+        color=_TAIL_COLOR,
+        fontsize=8,
+        va="top",
+    )
     ax.set_ylim(0, top)
     ax.set_xlim(0.3, max(naive[-1], max(trace)) + 1)
     ax.set_xlabel("decode batch size (requests in the step)")
     ax.set_ylabel("decode steps")
-    ax.set_title(f"Recorded decode batch sizes ({len(trace)} steps) and two {max_graphs}-graph ladders")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, title=(f"chosen {chosen}: hit {c.hit_rate:.1%}, padding {c.padding_waste:.1%}\n"
-                                       f"powers of two: hit {n.hit_rate:.1%}, padding {n.padding_waste:.1%}"),
-              title_fontsize=8, frameon=False)
+    ax.set_title(
+        f"Recorded decode batch sizes ({len(trace)} steps) and two {max_graphs}-graph ladders"
+    )
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        ncol=2,
+        title=(
+            f"chosen {chosen}: hit {c.hit_rate:.1%}, padding {c.padding_waste:.1%}\n"
+            f"powers of two: hit {n.hit_rate:.1%}, padding {n.padding_waste:.1%}"
+        ),
+        title_fontsize=8,
+        frameon=False,
+    )
     fig.tight_layout()
     return fig
 
@@ -93,21 +123,57 @@ def ladder_tradeoff_figure(max_graphs: int = 12, min_hit_rate: float = 0.92) -> 
     naive = [evaluate_ladder(trace, powers_of_two_ladder(n)) for n in budgets]
     fig = Figure(figsize=(7.6, 3.4))
     left, right = fig.subplots(1, 2)
-    left.plot(budgets, [s.hit_rate * 100 for s in chosen], "o-", color=_CHOSEN_COLOR, label=f"chosen, ≥{min_hit_rate:.0%}")
-    left.plot(budgets, [s.hit_rate * 100 for s in full], "s:", color=_CHOSEN_COLOR, alpha=0.6, label="chosen, 100%")
-    left.plot(budgets, [s.hit_rate * 100 for s in naive], "^--", color=_NAIVE_COLOR, label="powers of two")
+    left.plot(
+        budgets,
+        [s.hit_rate * 100 for s in chosen],
+        "o-",
+        color=_CHOSEN_COLOR,
+        label=f"chosen, ≥{min_hit_rate:.0%}",
+    )
+    left.plot(
+        budgets,
+        [s.hit_rate * 100 for s in full],
+        "s:",
+        color=_CHOSEN_COLOR,
+        alpha=0.6,
+        label="chosen, 100%",
+    )
+    left.plot(
+        budgets, [s.hit_rate * 100 for s in naive], "^--", color=_NAIVE_COLOR, label="powers of two"
+    )
     left.axhline(min_hit_rate * 100, color=_TAIL_COLOR, lw=1)
     left.axhline(85, color=_TAIL_COLOR, lw=1, ls=":")
-    left.text(max_graphs, min_hit_rate * 100 - 5, "target 92%", ha="right", fontsize=8, color=_TAIL_COLOR)
+    left.text(
+        max_graphs, min_hit_rate * 100 - 5, "target 92%", ha="right", fontsize=8, color=_TAIL_COLOR
+    )
     left.text(max_graphs, 85 - 7, "alert 85%", ha="right", fontsize=8, color=_TAIL_COLOR)
     left.set_ylim(0, 105)
     left.set_xlabel("graphs captured (rungs)")
     left.set_ylabel("decode graph hit rate (%)")
     left.set_title("Hit rate")
     left.legend(loc="center right", frameon=False)
-    right.plot(budgets, [s.padding_waste * 100 for s in chosen], "o-", color=_CHOSEN_COLOR, label=f"chosen, ≥{min_hit_rate:.0%}")
-    right.plot(budgets, [s.padding_waste * 100 for s in full], "s:", color=_CHOSEN_COLOR, alpha=0.6, label="chosen, 100%")
-    right.plot(budgets, [s.padding_waste * 100 for s in naive], "^--", color=_NAIVE_COLOR, label="powers of two")
+    right.plot(
+        budgets,
+        [s.padding_waste * 100 for s in chosen],
+        "o-",
+        color=_CHOSEN_COLOR,
+        label=f"chosen, ≥{min_hit_rate:.0%}",
+    )
+    right.plot(
+        budgets,
+        [s.padding_waste * 100 for s in full],
+        "s:",
+        color=_CHOSEN_COLOR,
+        alpha=0.6,
+        label="chosen, 100%",
+    )
+    right.plot(
+        budgets,
+        [s.padding_waste * 100 for s in naive],
+        "^--",
+        color=_NAIVE_COLOR,
+        label="powers of two",
+    )
     right.set_yscale("log")
     right.set_xlabel("graphs captured (rungs)")
     right.set_ylabel("padding waste (% of real decode tokens)")
@@ -127,9 +193,20 @@ def ttft_vs_itl_figure() -> Figure:
     steps = np.array(run["steps"], dtype=float)  # tokens, prefill tokens, uniform decode, ms
     fig = Figure(figsize=(7.6, 3.4))
     left, right = fig.subplots(1, 2)
-    bins = np.geomspace(max(0.1, min(ttft.min(), itl.min()) * 0.9), max(ttft.max(), itl.max()) * 1.1, 40)
-    left.hist(itl, bins=bins, color=_CHOSEN_COLOR, alpha=0.6, density=True, label=f"ITL ({len(itl)} gaps)")
-    left.hist(ttft, bins=bins, color=_PREFILL_COLOR, alpha=0.6, density=True, label=f"TTFT ({len(ttft)} requests)")
+    bins = np.geomspace(
+        max(0.1, min(ttft.min(), itl.min()) * 0.9), max(ttft.max(), itl.max()) * 1.1, 40
+    )
+    left.hist(
+        itl, bins=bins, color=_CHOSEN_COLOR, alpha=0.6, density=True, label=f"ITL ({len(itl)} gaps)"
+    )
+    left.hist(
+        ttft,
+        bins=bins,
+        color=_PREFILL_COLOR,
+        alpha=0.6,
+        density=True,
+        label=f"TTFT ({len(ttft)} requests)",
+    )
     for values, color, name in ((itl, _CHOSEN_COLOR, "ITL"), (ttft, _PREFILL_COLOR, "TTFT")):
         p50, p99 = np.percentile(values, [50, 99])
         left.axvline(p50, color=color, lw=1.2)
@@ -140,14 +217,28 @@ def ttft_vs_itl_figure() -> Figure:
     left.set_title("Two distributions, not one")
     left.legend(loc="upper right", frameon=False)
     decode = steps[:, 2] == 1
-    right.scatter(steps[decode, 0], steps[decode, 3], s=6, color=_CHOSEN_COLOR, alpha=0.5, label="decode only")
-    right.scatter(steps[~decode, 0], steps[~decode, 3], s=6, color=_PREFILL_COLOR, alpha=0.5, label="with a prefill")
+    right.scatter(
+        steps[decode, 0], steps[decode, 3], s=6, color=_CHOSEN_COLOR, alpha=0.5, label="decode only"
+    )
+    right.scatter(
+        steps[~decode, 0],
+        steps[~decode, 3],
+        s=6,
+        color=_PREFILL_COLOR,
+        alpha=0.5,
+        label="with a prefill",
+    )
     right.set_xscale("log")
     right.set_xlabel("tokens in the step (log scale)")
     right.set_ylabel("step time (ms)")
     right.set_title("A prefill step stretches every ITL")
     right.legend(loc="upper left", frameon=False)
-    fig.suptitle("tiny model on CPU, recorded run of labs/lab-12-capture-ladder", fontsize=8, y=0.02, va="bottom")
+    fig.suptitle(
+        "tiny model on CPU, recorded run of labs/lab-12-capture-ladder",
+        fontsize=8,
+        y=0.02,
+        va="bottom",
+    )
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 

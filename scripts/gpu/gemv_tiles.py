@@ -30,8 +30,10 @@ def measure(args, report) -> None:
             x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
             weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
             tile = autotuned_tile(x, weight)
-            report(f"{model} {n:6d} x {k:5d}: BLOCK_N {tile['BLOCK_N']:3d}, BLOCK_K {tile['BLOCK_K']:4d}, "
-                   f"{tile['num_warps']} warps")
+            report(
+                f"{model} {n:6d} x {k:5d}: BLOCK_N {tile['BLOCK_N']:3d}, BLOCK_K {tile['BLOCK_K']:4d}, "
+                f"{tile['num_warps']} warps"
+            )
 
 
 if __name__ == "__main__":

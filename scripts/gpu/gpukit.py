@@ -35,27 +35,40 @@ class Report:
         self.file.flush()
 
 
-def run_script(script: str, description: str, measure: Callable[[argparse.Namespace, Report], None],
-               add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
-               argv: Sequence[str] | None = None) -> int:
+def run_script(
+    script: str,
+    description: str,
+    measure: Callable[[argparse.Namespace, Report], None],
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+    argv: Sequence[str] | None = None,
+) -> int:
     """Parse `--out` (and the script's own options), check for CUDA, and run `measure`."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help="folder for the report (default: out/gpu/ in the checkout)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="folder for the report (default: out/gpu/ in the checkout)",
+    )
     if add_arguments is not None:
         add_arguments(parser)
     args = parser.parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():
-        print(f"{Path(script).name} measures a GPU and needs an NVIDIA GPU with CUDA; "
-              f"torch {torch.__version__} sees none here", file=sys.stderr)
+        print(
+            f"{Path(script).name} measures a GPU and needs an NVIDIA GPU with CUDA; "
+            f"torch {torch.__version__} sees none here",
+            file=sys.stderr,
+        )
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{Path(script).stem}.txt"
     with open(path, "w", encoding="utf-8") as file:
         report = Report(file)
-        report(f"# {Path(script).name} on {torch.cuda.get_device_name()}, torch {torch.__version__}")
+        report(
+            f"# {Path(script).name} on {torch.cuda.get_device_name()}, torch {torch.__version__}"
+        )
         measure(args, report)
     print(f"wrote {path}")
     return 0

@@ -52,8 +52,10 @@ def measure(args, report) -> None:
     model, _, _ = load_model("smollm2-135m", device="cuda", dtype=torch.bfloat16, progress=False)
     for mode in ("full", "compile+full"):
         host_ms, replay_ms = launch_cost(model, mode)
-        report(f"PDL={'on' if envs.MINI_VLLM_PDL else 'off'} {mode:>13}: host time of replay() {host_ms:.3f} ms, "
-               f"replays back to back {replay_ms:.3f} ms each")
+        report(
+            f"PDL={'on' if envs.MINI_VLLM_PDL else 'off'} {mode:>13}: host time of replay() {host_ms:.3f} ms, "
+            f"replays back to back {replay_ms:.3f} ms each"
+        )
 
 
 if __name__ == "__main__":

@@ -48,8 +48,12 @@ def measure(args, report) -> None:
         "triton_gemv (LM head)": lambda: triton_gemv(x, lm_head),
         "F.linear (LM head)": lambda: F.linear(x, lm_head),
         "argmax": lambda: logits.argmax(dim=-1),
-        "copy_ 128 ints, pinned -> device, non_blocking": lambda: on_device[:128].copy_(pinned[:128], non_blocking=True),
-        "copy_ 4096 ints, pinned -> device, non_blocking": lambda: on_device.copy_(pinned, non_blocking=True),
+        "copy_ 128 ints, pinned -> device, non_blocking": lambda: on_device[:128].copy_(
+            pinned[:128], non_blocking=True
+        ),
+        "copy_ 4096 ints, pinned -> device, non_blocking": lambda: on_device.copy_(
+            pinned, non_blocking=True
+        ),
         "Event() + record()": lambda: torch.cuda.Event().record(),
         "torch.empty (1, 576)": lambda: torch.empty((1, 576), device=device, dtype=torch.bfloat16),
     }

@@ -23,9 +23,15 @@ from gpukit import run_script
 def add_arguments(parser) -> None:
     from mini_vllm.bench.harness import MODES
 
-    parser.add_argument("--model", default="smollm2-135m", help="a model shape (default: %(default)s)")
-    parser.add_argument("--mode", default="compile+full+async", choices=sorted(MODES),
-                        help="engine mode (default: %(default)s)")
+    parser.add_argument(
+        "--model", default="smollm2-135m", help="a model shape (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--mode",
+        default="compile+full+async",
+        choices=sorted(MODES),
+        help="engine mode (default: %(default)s)",
+    )
 
 
 def measure(args, report) -> None:
@@ -43,7 +49,9 @@ def measure(args, report) -> None:
     start = time.perf_counter()
     for _ in range(200):
         engine.step()
-    report(f"{args.model} {args.mode}: {(time.perf_counter() - start) / 200 * 1e3:.3f} ms a step without the profiler")
+    report(
+        f"{args.model} {args.mode}: {(time.perf_counter() - start) / 200 * 1e3:.3f} ms a step without the profiler"
+    )
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(200):

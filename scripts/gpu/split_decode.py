@@ -31,8 +31,9 @@ def measure(args, report) -> None:
             for ctx in (128, 192, 256, 384, 512, 768, 1024):
                 dim, block = 64, 16
                 width = ctx // block + 1
-                cache = allocate_paged_kv_caches(1, reqs * width + 1, block, kv_heads, dim, torch.bfloat16,
-                                                 "cuda")[0].normal_()
+                cache = allocate_paged_kv_caches(
+                    1, reqs * width + 1, block, kv_heads, dim, torch.bfloat16, "cuda"
+                )[0].normal_()
                 tables = torch.arange(reqs * width, device="cuda").view(reqs, width)
                 lens = torch.full((reqs,), ctx, device="cuda")
                 slots = torch.full((reqs,), -1, device="cuda")
@@ -41,14 +42,24 @@ def measure(args, report) -> None:
                 v = torch.randn_like(k)
                 out = torch.empty_like(q)
                 split = decode_num_splits(reqs, kv_heads)  # the slices without the context rule
-                times = {s: bench(lambda s=s: triton_paged_decode(q, k, v, cache, tables, lens, slots, None, out,
-                                                                  num_splits=s)) * 1000
-                         for s in sorted({1, split})}
+                times = {
+                    s: bench(
+                        lambda s=s: triton_paged_decode(
+                            q, k, v, cache, tables, lens, slots, None, out, num_splits=s
+                        )
+                    )
+                    * 1000
+                    for s in sorted({1, split})
+                }
                 if crossover is None and split > 1 and times[split] < times[1]:
                     crossover = ctx
-                report(f"heads {heads}/{kv_heads} batch {reqs} context {ctx:4d}: one pass {times[1]:5.1f} us"
-                       + (f", {split} slices + merge {times[split]:5.1f} us" if split > 1 else ""))
-            report(f"heads {heads}/{kv_heads} batch {reqs}: slices first faster at context {crossover}")
+                report(
+                    f"heads {heads}/{kv_heads} batch {reqs} context {ctx:4d}: one pass {times[1]:5.1f} us"
+                    + (f", {split} slices + merge {times[split]:5.1f} us" if split > 1 else "")
+                )
+            report(
+                f"heads {heads}/{kv_heads} batch {reqs}: slices first faster at context {crossover}"
+            )
 
 
 if __name__ == "__main__":

@@ -21,8 +21,15 @@ from gpukit import run_script
 def add_arguments(parser) -> None:
     from mini_vllm.bench.harness import MODES
 
-    parser.add_argument("--model", default="smollm2-135m", help="a model shape (default: %(default)s)")
-    parser.add_argument("--mode", default="compile+full", choices=sorted(MODES), help="engine mode (default: %(default)s)")
+    parser.add_argument(
+        "--model", default="smollm2-135m", help="a model shape (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--mode",
+        default="compile+full",
+        choices=sorted(MODES),
+        help="engine mode (default: %(default)s)",
+    )
 
 
 def measure(args, report) -> None:

@@ -179,7 +179,9 @@ def test_branch_taken_at_capture_is_frozen_in_replay():
     double = impl.Op("double", lambda x: x * 2)
     negate = impl.Op("negate", lambda x: -x)
     # Host-side Python control flow: which kernel to launch depends on the input's sign.
-    branch = impl.Branch("sign_branch", lambda host_x: bool(host_x.sum() > 0), if_true=double, if_false=negate)
+    branch = impl.Branch(
+        "sign_branch", lambda host_x: bool(host_x.sum() > 0), if_true=double, if_false=negate
+    )
     ops = [branch, impl.Op("add_one", lambda x: x + 1)]
     runner = impl.GraphRunner(ops, impl.SimDevice())
     positive = np.ones((2, HIDDEN), dtype=np.float32)

@@ -28,7 +28,9 @@ def test_host_sync_inside_capture_raises_naming_the_op():
 
 
 def test_host_sync_outside_capture_runs_and_makes_the_host_wait():
-    to_host = impl.Op("read_max_to_host", lambda x: x / float(x.max()), gpu_us=50.0, syncs_host=True)
+    to_host = impl.Op(
+        "read_max_to_host", lambda x: x / float(x.max()), gpu_us=50.0, syncs_host=True
+    )
     device = impl.SimDevice(launch_us=5.0)
     x = rand(2, seed=2)
     impl.run_eager([to_host], device, x)
@@ -38,7 +40,9 @@ def test_host_sync_outside_capture_runs_and_makes_the_host_wait():
 
 
 def test_allocation_inside_capture_raises_naming_the_op():
-    fresh = impl.Op("fresh_buffer", lambda x: np.concatenate([x, np.zeros_like(x)])[: len(x)], allocates=True)
+    fresh = impl.Op(
+        "fresh_buffer", lambda x: np.concatenate([x, np.zeros_like(x)])[: len(x)], allocates=True
+    )
     runner = impl.GraphRunner(model_with(fresh), impl.SimDevice())
     with pytest.raises(impl.CaptureError, match="fresh_buffer"):
         runner(rand(2, seed=3))
@@ -79,11 +83,15 @@ def test_new_shape_after_capture_window_closed_raises_listing_captured_shapes():
         runner(rand(3, seed=9))
     message = str(info.value)
     assert str((1, HIDDEN)) in message and str((4, HIDDEN)) in message
-    assert set(runner.graphs) == {(1, HIDDEN), (4, HIDDEN)}, "no silent capture after the window closed"
+    assert set(runner.graphs) == {(1, HIDDEN), (4, HIDDEN)}, (
+        "no silent capture after the window closed"
+    )
     assert device.captures == 2
     # Captured shapes still replay.
     x = rand(4, seed=10)
-    np.testing.assert_allclose(runner(x), impl.run_eager(ops, impl.SimDevice(), x), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        runner(x), impl.run_eager(ops, impl.SimDevice(), x), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_new_shape_after_capture_window_closed_runs_eagerly_with_fallback():
@@ -102,7 +110,9 @@ def test_new_shape_after_capture_window_closed_runs_eagerly_with_fallback():
 
 @pytest.mark.parametrize("dtype", [np.float64, np.int64])
 def test_wrong_dtype_input_raises_naming_the_expected_dtype(dtype):
-    runner = impl.GraphRunner(impl.toy_model(hidden=HIDDEN, num_layers=1), impl.SimDevice(), dtype=np.float32)
+    runner = impl.GraphRunner(
+        impl.toy_model(hidden=HIDDEN, num_layers=1), impl.SimDevice(), dtype=np.float32
+    )
     runner(rand(2, seed=13))
     with pytest.raises(ValueError, match="float32"):
         runner(rand(2, seed=14, dtype=dtype))

@@ -3,7 +3,9 @@
 import pytest
 from labkit import implementation
 
-impl = implementation(__file__, starter="launch_overhead.py", reference="mini_vllm.teaching.launch_overhead")
+impl = implementation(
+    __file__, starter="launch_overhead.py", reference="mini_vllm.teaching.launch_overhead"
+)
 
 LLAMA = "h100-llama3.1-8b"
 SMOLLM2 = "h100-smollm2-135m"
@@ -12,8 +14,14 @@ LLAMA_TABLE = {1: (8.4, 5.1), 4: (9.2, 6.0), 16: (12.1, 9.3), 32: (18.7, 16.1)}
 
 
 def hardware(**overrides):
-    values = dict(launch_us=10.0, graph_launch_us=12.0, eager_gap_us=0.0, node_us=1.0,
-                  bandwidth=1e12, peak_flops=1e15)
+    values = dict(
+        launch_us=10.0,
+        graph_launch_us=12.0,
+        eager_gap_us=0.0,
+        node_us=1.0,
+        bandwidth=1e12,
+        peak_flops=1e15,
+    )
     values.update(overrides)
     return impl.Hardware(**values)
 
@@ -51,7 +59,9 @@ def test_eager_step_is_launch_bound_when_launch_cost_exceeds_kernel_time():
     spans = impl.eager_timeline(kernels, 1, hw)
     # The GPU waits for every launch: the step is 20 launches plus the last kernel.
     assert impl.step_time_us(spans) == pytest.approx(20 * 10.0 + 2.0 + 0.5)
-    assert [s.start_us for s in lane(spans, "gpu")] == pytest.approx([10.0 * (i + 1) for i in range(20)])
+    assert [s.start_us for s in lane(spans, "gpu")] == pytest.approx(
+        [10.0 * (i + 1) for i in range(20)]
+    )
 
 
 def test_eager_step_is_gpu_bound_when_kernels_outlast_their_launches():
@@ -64,15 +74,22 @@ def test_eager_step_is_gpu_bound_when_kernels_outlast_their_launches():
 
 def test_eager_gpu_starts_a_kernel_only_after_its_launch_and_the_previous_kernel():
     hw = hardware(launch_us=4.0, eager_gap_us=1.0)
-    kernels = [tiny(name, us, hw) for name, us in [("a", 1.0), ("b", 30.0), ("c", 1.0), ("d", 1.0), ("e", 20.0)]]
+    kernels = [
+        tiny(name, us, hw)
+        for name, us in [("a", 1.0), ("b", 30.0), ("c", 1.0), ("d", 1.0), ("e", 20.0)]
+    ]
     spans = impl.eager_timeline(kernels, 1, hw)
     cpu, gpu = lane(spans, "cpu"), lane(spans, "gpu")
     assert [s.name for s in cpu] == [s.name for s in gpu] == list("abcde")
     for i, (issued, ran) in enumerate(zip(cpu, gpu)):
         assert ran.start_us >= issued.end_us - 1e-9, f"kernel {ran.name} started before its launch"
         if i:
-            assert ran.start_us >= gpu[i - 1].end_us - 1e-9, f"kernel {ran.name} overlaps the one before"
-            assert issued.start_us == pytest.approx(cpu[i - 1].end_us), "the CPU issues launches back to back"
+            assert ran.start_us >= gpu[i - 1].end_us - 1e-9, (
+                f"kernel {ran.name} overlaps the one before"
+            )
+            assert issued.start_us == pytest.approx(cpu[i - 1].end_us), (
+                "the CPU issues launches back to back"
+            )
     # ...and as soon as both hold: never later.
     for i, ran in enumerate(gpu):
         ready = max(cpu[i].end_us, gpu[i - 1].end_us if i else 0.0)
@@ -115,9 +132,13 @@ def test_crossover_is_the_first_batch_whose_speedup_falls_below_the_threshold():
 
 
 def test_crossover_is_none_while_graphs_pay_and_one_when_they_never_do():
-    assert impl.crossover_batch(SMOLLM2, max_batch=256) is None  # 1394 tiny kernels: graphs always pay
+    assert (
+        impl.crossover_batch(SMOLLM2, max_batch=256) is None
+    )  # 1394 tiny kernels: graphs always pay
     hw = hardware(launch_us=1.0, graph_launch_us=1.0, node_us=1.0)
-    gpu_bound = impl.Preset("gpu-bound", "long kernels", hw, tuple(tiny(f"k{i}", 500.0, hw) for i in range(4)), {})
+    gpu_bound = impl.Preset(
+        "gpu-bound", "long kernels", hw, tuple(tiny(f"k{i}", 500.0, hw) for i in range(4)), {}
+    )
     assert impl.crossover_batch(gpu_bound) == 1
     with pytest.raises(ValueError):
         impl.crossover_batch(LLAMA, threshold=1.0)

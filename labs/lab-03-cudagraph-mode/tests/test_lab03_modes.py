@@ -46,7 +46,11 @@ def test_modes_max_mode_and_full_graphs():
     assert M.FULL_DECODE_ONLY.max_cudagraph_mode() is M.FULL
     assert M.FULL_AND_PIECEWISE.max_cudagraph_mode() is M.FULL
     assert M.PIECEWISE.max_cudagraph_mode() is M.PIECEWISE
-    assert {m.name for m in M if m.has_full_cudagraphs()} == {"FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"}
+    assert {m.name for m in M if m.has_full_cudagraphs()} == {
+        "FULL",
+        "FULL_DECODE_ONLY",
+        "FULL_AND_PIECEWISE",
+    }
 
 
 def test_modes_only_single_modes_are_valid_at_runtime():

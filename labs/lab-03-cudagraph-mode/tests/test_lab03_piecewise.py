@@ -30,9 +30,15 @@ def expected(ops, x):
 def test_piecewise_split_makes_each_splitting_op_its_own_piece_in_order():
     ops = impl.toy_model(hidden=HIDDEN, num_layers=3, attention=True)
     pieces = impl.split_ops(ops)
-    assert [o.name for piece in pieces for o in piece.ops] == [o.name for o in ops], "order kept, nothing lost"
+    assert [o.name for piece in pieces for o in piece.ops] == [o.name for o in ops], (
+        "order kept, nothing lost"
+    )
     split = [piece for piece in pieces if piece.is_splitting_op]
-    assert [[o.name for o in piece.ops] for piece in split] == [["attention_0"], ["attention_1"], ["attention_2"]]
+    assert [[o.name for o in piece.ops] for piece in split] == [
+        ["attention_0"],
+        ["attention_1"],
+        ["attention_2"],
+    ]
     captured = [piece for piece in pieces if not piece.is_splitting_op]
     assert len(captured) <= len(split) + 1
     assert all(o.capturable for piece in captured for o in piece.ops)
@@ -64,7 +70,9 @@ def test_piecewise_runner_splits_at_attention_by_default():
     ops = impl.toy_model(hidden=HIDDEN, num_layers=2, attention=True)
     runner = impl.PiecewiseGraphRunner(ops, impl.SimDevice())
     assert names(runner.pieces) == names(impl.split_ops(ops))
-    assert runner.num_captured_pieces == 3  # [rmsnorm_0] attention_0 [... rmsnorm_1] attention_1 [...]
+    assert (
+        runner.num_captured_pieces == 3
+    )  # [rmsnorm_0] attention_0 [... rmsnorm_1] attention_1 [...]
 
 
 def test_piecewise_output_matches_eager_for_every_shape_and_fresh_input():
@@ -89,7 +97,10 @@ def test_piecewise_replay_launches_one_per_piece_plus_one_per_splitting_op():
     # The splitting ops run eagerly between the replays, in model order.
     assert device.trace[0][0] == "graph"
     assert [kind for kind, _ in device.trace] == ["graph", "kernel", "graph", "kernel", "graph"]
-    assert [name for kind, name in device.trace if kind == "kernel"] == ["attention_0", "attention_1"]
+    assert [name for kind, name in device.trace if kind == "kernel"] == [
+        "attention_0",
+        "attention_1",
+    ]
 
 
 def test_piecewise_splitting_ops_run_eagerly_so_their_host_decisions_stay_fresh():

@@ -4,13 +4,25 @@ import pytest
 from labkit import implementation
 
 impl = implementation(__file__, starter="graph_vs_eager.py", reference="mini_vllm.bench.itl")
-RECORDED = __import__("pathlib").Path(__file__).resolve().parent.parent / "recorded" / "h100-itl.json"
+RECORDED = (
+    __import__("pathlib").Path(__file__).resolve().parent.parent / "recorded" / "h100-itl.json"
+)
 
-ROWS = [impl.ITLRow(1, 12.0, 2.0), impl.ITLRow(8, 13.0, 3.0), impl.ITLRow(32, 20.0, 10.0), impl.ITLRow(64, 31.0, 30.0)]
+ROWS = [
+    impl.ITLRow(1, 12.0, 2.0),
+    impl.ITLRow(8, 13.0, 3.0),
+    impl.ITLRow(32, 20.0, 10.0),
+    impl.ITLRow(64, 31.0, 30.0),
+]
 
 
 def test_speedup_is_eager_over_graph_per_batch():
-    assert impl.speedups(ROWS) == {1: 6.0, 8: pytest.approx(13 / 3), 32: 2.0, 64: pytest.approx(31 / 30)}
+    assert impl.speedups(ROWS) == {
+        1: 6.0,
+        8: pytest.approx(13 / 3),
+        32: 2.0,
+        64: pytest.approx(31 / 30),
+    }
 
 
 def test_saving_is_eager_minus_graph_per_batch():
@@ -20,7 +32,9 @@ def test_saving_is_eager_minus_graph_per_batch():
 def test_crossover_is_the_first_batch_below_the_threshold():
     assert impl.crossover_batch(ROWS) == 64
     assert impl.crossover_batch(ROWS, threshold=2.5) == 32
-    assert impl.crossover_batch(list(reversed(ROWS)), threshold=2.5) == 32  # order of the rows does not matter
+    assert (
+        impl.crossover_batch(list(reversed(ROWS)), threshold=2.5) == 32
+    )  # order of the rows does not matter
 
 
 def test_crossover_is_none_while_graphs_still_pay():
@@ -61,7 +75,9 @@ def test_real_vllm_enforce_eager_is_slower_at_batch_1(tmp_path):
     from mini_vllm.bench.itl import vllm_available
 
     if not vllm_available():
-        pytest.skip("OPTIONAL: vLLM is not installed here (pip install vllm on a CUDA machine to run this part)")
+        pytest.skip(
+            "OPTIONAL: vLLM is not installed here (pip install vllm on a CUDA machine to run this part)"
+        )
     from mini_vllm.models.loader import load_model
 
     model, _, _ = load_model("smollm2-135m", device="cpu", progress=False)

@@ -8,7 +8,9 @@ from labkit import implementation
 
 from mini_vllm.engine.sequence import Sequence
 
-impl = implementation(__file__, starter="block_manager.py", reference="mini_vllm.engine.block_manager")
+impl = implementation(
+    __file__, starter="block_manager.py", reference="mini_vllm.engine.block_manager"
+)
 
 
 def computed(bm, seq, num_new, num_cached=0):
@@ -181,7 +183,9 @@ def test_only_full_computed_blocks_are_shared_and_only_after_the_same_prefix():
     assert bm.num_cached_tokens(Sequence("b", [1, 1, 1, 1, 5, 6, 7, 8, 0])) == 4
     computed(bm, Sequence("c", [1, 1, 1, 1, 5, 6, 7, 8, 0]), 5, num_cached=4)
     assert bm.num_cached_tokens(Sequence("d", [1, 1, 1, 1, 5, 6, 7, 8, 3])) == 8
-    assert bm.num_cached_tokens(Sequence("e", [2, 2, 2, 2, 5, 6, 7, 8, 0])) == 0  # same block, other prefix
+    assert (
+        bm.num_cached_tokens(Sequence("e", [2, 2, 2, 2, 5, 6, 7, 8, 0])) == 0
+    )  # same block, other prefix
 
 
 def test_shared_block_is_freed_only_by_its_last_holder():

@@ -49,12 +49,16 @@ class FakeModel:
 
     def forward(self, out):
         for row in out.scheduled:
-            slots = slot_mapping(row.block_table, row.num_computed_tokens, row.context_len, out.block_size)
+            slots = slot_mapping(
+                row.block_table, row.num_computed_tokens, row.context_len, out.block_size
+            )
             for token, slot in zip(row.new_token_ids, slots):
                 self.kv[slot] = token
         sampled = []
         for row in out.scheduled:
-            context = [self.kv[slot_of(row.block_table, p, out.block_size)] for p in range(row.context_len)]
+            context = [
+                self.kv[slot_of(row.block_table, p, out.block_size)] for p in range(row.context_len)
+            ]
             assert context == row.seq.tokens(0, row.context_len), f"KV of {row.seq_id!r} is corrupt"
             sampled.append(next_token(context) if row.samples_token else None)
         return sampled
@@ -83,7 +87,9 @@ class Engine:
 
     def assert_all_done_as_if_alone(self, requests):
         bm = self.sched.block_manager
-        assert sorted(map(id, self.finished)) == sorted(map(id, requests)), "a request was lost or reported twice"
+        assert sorted(map(id, self.finished)) == sorted(map(id, requests)), (
+            "a request was lost or reported twice"
+        )
         for seq in requests:
             expected = alone(seq, self.sched.config.max_model_len, bm.num_blocks, bm.block_size)
             assert (list(seq.output_token_ids), seq.finish_reason) == expected, seq
@@ -124,7 +130,11 @@ def test_new_request_joining_decodes_makes_a_mixed_batch_with_decodes_first():
     outputs = engine.run(requests, arrivals=[0, 0, 2])
     joined = outputs[2]
     assert not joined.is_uniform_decode
-    assert [(r.seq_id, r.num_new_tokens) for r in joined.scheduled] == [("a", 1), ("b", 1), ("late", 6)]
+    assert [(r.seq_id, r.num_new_tokens) for r in joined.scheduled] == [
+        ("a", 1),
+        ("b", 1),
+        ("late", 6),
+    ]
     assert outputs[3].is_uniform_decode
     engine.assert_all_done_as_if_alone(requests)
 
@@ -133,13 +143,19 @@ def test_chunked_prefill_covers_the_whole_prompt_and_samples_only_at_its_end():
     engine = Engine(max_num_batched_tokens=16, max_model_len=128)
     long = req("long", 50, max_tokens=3)
     outputs = engine.run([long])
-    chunks = [(r.num_computed_tokens, r.num_new_tokens, r.samples_token) for o in outputs[:4] for r in o.scheduled]
+    chunks = [
+        (r.num_computed_tokens, r.num_new_tokens, r.samples_token)
+        for o in outputs[:4]
+        for r in o.scheduled
+    ]
     assert chunks == [(0, 16, False), (16, 16, False), (32, 16, False), (48, 2, True)]
     engine.assert_all_done_as_if_alone([long])
 
 
 def test_without_chunked_prefill_a_prompt_waits_for_a_step_with_room():
-    engine = Engine(max_num_seqs=4, max_num_batched_tokens=32, max_model_len=32, enable_chunked_prefill=False)
+    engine = Engine(
+        max_num_seqs=4, max_num_batched_tokens=32, max_model_len=32, enable_chunked_prefill=False
+    )
     requests = [req("a", 10, max_tokens=4), req("b", 30, max_tokens=2)]
     outputs = engine.run(requests)
     assert outputs[0].seq_ids == ("a",)
@@ -181,7 +197,9 @@ def test_max_model_len_caps_prompt_plus_output():
 
 
 def test_preemption_under_a_small_cache_keeps_every_output_exact():
-    engine = Engine(num_blocks=10, block_size=4, max_num_seqs=4, max_num_batched_tokens=32, max_model_len=64)
+    engine = Engine(
+        num_blocks=10, block_size=4, max_num_seqs=4, max_num_batched_tokens=32, max_model_len=64
+    )
     requests = [req(i, 6 + i, max_tokens=14, offset=i) for i in range(6)]
     outputs = engine.run(requests)
     assert engine.sched.num_preemptions > 0
@@ -190,12 +208,14 @@ def test_preemption_under_a_small_cache_keeps_every_output_exact():
 
 
 def test_victim_is_the_latest_admitted_and_returns_first_to_recompute_everything():
-    engine = Engine(num_blocks=4, block_size=4, max_num_seqs=2, max_num_batched_tokens=32, max_model_len=64)
+    engine = Engine(
+        num_blocks=4, block_size=4, max_num_seqs=2, max_num_batched_tokens=32, max_model_len=64
+    )
     a, b, c = req("a", 6, max_tokens=6), req("b", 5, max_tokens=6), req("c", 3, max_tokens=2)
     outputs = engine.run([a, b, c])
     first = next(i for i, o in enumerate(outputs) if o.preempted_ids)
     assert outputs[first].preempted_ids == ("b",) and outputs[first].seq_ids == ("a",)
-    resumed = [r for o in outputs[first + 1:] for r in o.scheduled if r.num_computed_tokens == 0]
+    resumed = [r for o in outputs[first + 1 :] for r in o.scheduled if r.num_computed_tokens == 0]
     assert [r.seq_id for r in resumed] == ["b", "c"]  # b jumps ahead of c, who waited longer
     assert resumed[0].is_prefill and resumed[0].samples_token
     assert resumed[0].num_new_tokens > b.num_prompt_tokens  # prompt + the tokens it had generated
@@ -205,7 +225,12 @@ def test_victim_is_the_latest_admitted_and_returns_first_to_recompute_everything
 
 def test_nobody_is_admitted_in_a_step_that_preempted():
     engine = Engine(
-        num_blocks=7, block_size=2, caching=True, max_num_seqs=4, max_num_batched_tokens=7, max_model_len=64
+        num_blocks=7,
+        block_size=2,
+        caching=True,
+        max_num_seqs=4,
+        max_num_batched_tokens=7,
+        max_model_len=64,
     )
     requests = [req(0, 5, max_tokens=4), req(1, 5, max_tokens=5), req(2, 2, max_tokens=6)]
     outputs = engine.run(requests)
@@ -215,7 +240,9 @@ def test_nobody_is_admitted_in_a_step_that_preempted():
 
 
 def test_prefix_cached_tokens_are_not_computed_again():
-    engine = Engine(num_blocks=32, block_size=4, caching=True, max_num_batched_tokens=32, max_model_len=64)
+    engine = Engine(
+        num_blocks=32, block_size=4, caching=True, max_num_batched_tokens=32, max_model_len=64
+    )
     shared = [(3 * i + 1) % VOCAB for i in range(10)]
     first = Sequence("first", shared + [2], SamplingParams(max_tokens=4, ignore_eos=True))
     second = Sequence("second", shared + [5, 6], SamplingParams(max_tokens=4, ignore_eos=True))

@@ -29,8 +29,15 @@ from mini_vllm.models.loader import load_model
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.tokenizer import ByteTokenizer
 
-impl = implementation(__file__, starter="decode_loop.py",
-                      reference=["mini_vllm.layers.sampler", "mini_vllm.engine.sequence", "mini_vllm.teaching.decode_loop"])
+impl = implementation(
+    __file__,
+    starter="decode_loop.py",
+    reference=[
+        "mini_vllm.layers.sampler",
+        "mini_vllm.engine.sequence",
+        "mini_vllm.teaching.decode_loop",
+    ],
+)
 
 EOS = 257  # the tiny model's end-of-sequence id
 PROMPT = [256, 72, 101, 108, 108, 111, 44, 32, 119]  # BOS + "Hello, w" as bytes
@@ -56,7 +63,9 @@ class Recorder(nn.Module):
 
     def forward(self, input_ids, positions):
         index = len(self.calls)
-        self.calls.append((input_ids.tolist(), positions.tolist(), get_forward_context().attn_metadata))
+        self.calls.append(
+            (input_ids.tolist(), positions.tolist(), get_forward_context().attn_metadata)
+        )
         if index in self.sleep:
             time.sleep(self.sleep[index])
         return self.inner(input_ids, positions)
@@ -74,14 +83,23 @@ class Recorder(nn.Module):
 def recompute_logits(model, token_ids):
     """Logits `[T, vocab]` of every position: one causal forward with a fresh cache, by hand."""
     cfg = model.config
-    caches = allocate_contiguous_kv_caches(cfg.num_hidden_layers, 1, len(token_ids), cfg.num_key_value_heads,
-                                           cfg.head_dim, torch.float32, "cpu")
+    caches = allocate_contiguous_kv_caches(
+        cfg.num_hidden_layers,
+        1,
+        len(token_ids),
+        cfg.num_key_value_heads,
+        cfg.head_dim,
+        torch.float32,
+        "cpu",
+    )
     bind_kv_caches(model, ContiguousAttentionBackend(), caches)
     try:
         with torch.inference_mode():
             ids = torch.tensor(token_ids)
             positions = torch.arange(len(token_ids))
-            with set_forward_context(CUDAGraphMode.NONE, attn_metadata=ContiguousAttentionMetadata.prefill(1, len(ids))):
+            with set_forward_context(
+                CUDAGraphMode.NONE, attn_metadata=ContiguousAttentionMetadata.prefill(1, len(ids))
+            ):
                 hidden = model(ids, positions)
             return model.compute_logits(hidden)
     finally:
@@ -117,7 +135,9 @@ def test_check_stop_ignore_eos_keeps_going_until_max_tokens():
 
 def test_check_stop_eos_on_the_last_allowed_token_is_a_stop():
     assert impl.check_stop(EOS, 10, SamplingParams(max_tokens=10), {EOS, 2}) == "stop"
-    assert impl.check_stop(2, 4, SamplingParams(max_tokens=10), {EOS, 2}) == "stop"  # any of several EOS ids
+    assert (
+        impl.check_stop(2, 4, SamplingParams(max_tokens=10), {EOS, 2}) == "stop"
+    )  # any of several EOS ids
 
 
 # -- step 2: top-k and top-p ----------------------------------------------------------
@@ -172,8 +192,9 @@ def test_top_k_top_p_settings_are_per_row_and_off_keeps_everything():
 
 def bound_prefill(model, n):
     cfg = model.config
-    caches = allocate_contiguous_kv_caches(cfg.num_hidden_layers, 1, n, cfg.num_key_value_heads, cfg.head_dim,
-                                           torch.float32, "cpu")
+    caches = allocate_contiguous_kv_caches(
+        cfg.num_hidden_layers, 1, n, cfg.num_key_value_heads, cfg.head_dim, torch.float32, "cpu"
+    )
     bind_kv_caches(model, ContiguousAttentionBackend(), caches)
     return torch.tensor(PROMPT[:n]), torch.arange(n), ContiguousAttentionMetadata.prefill(1, n)
 
@@ -277,7 +298,9 @@ def test_each_decode_step_feeds_back_the_token_just_sampled(tiny):
 def test_logits_are_computed_for_one_row_per_step(tiny):
     rec = Recorder(tiny)
     impl.generate(rec, PROMPT, greedy(5))
-    assert [logits.shape[0] for logits in rec.logits] == [1] * 5, "prefill too: only the last prompt token"
+    assert [logits.shape[0] for logits in rec.logits] == [1] * 5, (
+        "prefill too: only the last prompt token"
+    )
 
 
 def test_n_new_tokens_cost_n_forwards(tiny):
@@ -319,7 +342,9 @@ def test_every_eos_id_of_the_model_stops(tiny):
     rec = Recorder(tiny, force={1: 5})
     rec.config = dataclasses.replace(tiny.config, eos_token_id=(EOS, 5))
     result = impl.generate(rec, PROMPT, greedy(10, ignore_eos=False))
-    assert result.token_ids[-1] == 5 and len(result.token_ids) == 2 and result.finish_reason == "stop"
+    assert (
+        result.token_ids[-1] == 5 and len(result.token_ids) == 2 and result.finish_reason == "stop"
+    )
 
 
 def test_positions_stay_below_max_model_len(tiny):
@@ -328,7 +353,9 @@ def test_positions_stay_below_max_model_len(tiny):
     result = impl.generate(rec, PROMPT, greedy(50), max_model_len=limit)
     assert result.finish_reason == "length"
     assert len(result.token_ids) >= 4
-    assert max(p for call in rec.calls for p in call[1]) < limit, "a position at or past the limit has no cache slot"
+    assert max(p for call in rec.calls for p in call[1]) < limit, (
+        "a position at or past the limit has no cache slot"
+    )
 
 
 def test_prompt_that_does_not_fit_is_refused(tiny):
@@ -357,9 +384,14 @@ def test_seeded_sampling_is_reproducible(tiny):
 
 def test_temperature_sampling_is_not_greedy_but_a_single_candidate_is(tiny):
     greedy_ids = impl.generate(tiny, PROMPT, greedy(8)).token_ids
-    sampled = impl.generate(tiny, PROMPT, SamplingParams(temperature=1.0, max_tokens=8, seed=7, ignore_eos=True))
-    top1 = impl.generate(tiny, PROMPT, SamplingParams(temperature=1.0, top_k=1, max_tokens=8, seed=7,
-                                                       ignore_eos=True))
+    sampled = impl.generate(
+        tiny, PROMPT, SamplingParams(temperature=1.0, max_tokens=8, seed=7, ignore_eos=True)
+    )
+    top1 = impl.generate(
+        tiny,
+        PROMPT,
+        SamplingParams(temperature=1.0, top_k=1, max_tokens=8, seed=7, ignore_eos=True),
+    )
     assert sampled.token_ids != greedy_ids
     assert top1.token_ids == greedy_ids
 
@@ -375,21 +407,31 @@ def test_ttft_covers_the_prefill_and_each_gap_its_decode_step(tiny):
     rec = Recorder(tiny, sleep={0: 0.06, 2: 0.04})
     result = impl.generate(rec, PROMPT, greedy(4))
     assert result.ttft_s >= 0.06, "TTFT must include the prefill forward"
-    assert result.itl_s[1] >= 0.04, "the gap before token 3 must include the forward that produced it"
+    assert result.itl_s[1] >= 0.04, (
+        "the gap before token 3 must include the forward that produced it"
+    )
 
 
 def test_on_token_streams_each_token_right_after_its_forward(tiny):
     rec = Recorder(tiny)
     seen = []
-    result = impl.generate(rec, PROMPT, greedy(5), on_token=lambda token_id, delta: seen.append((token_id, len(rec.calls))))
+    result = impl.generate(
+        rec,
+        PROMPT,
+        greedy(5),
+        on_token=lambda token_id, delta: seen.append((token_id, len(rec.calls))),
+    )
     assert [t for t, _ in seen] == result.token_ids
-    assert [n for _, n in seen] == [1, 2, 3, 4, 5], "token i must be streamed before forward i + 1 runs"
+    assert [n for _, n in seen] == [1, 2, 3, 4, 5], (
+        "token i must be streamed before forward i + 1 runs"
+    )
 
 
 def test_with_a_tokenizer_the_text_is_the_decoded_tokens(tiny):
     tokenizer = ByteTokenizer(bos_token_id=256, eos_token_id=EOS)
     deltas = []
-    result = impl.generate(tiny, PROMPT, greedy(6), tokenizer=tokenizer, on_token=lambda _t, d: deltas.append(d))
+    result = impl.generate(
+        tiny, PROMPT, greedy(6), tokenizer=tokenizer, on_token=lambda _t, d: deltas.append(d)
+    )
     assert result.text == tokenizer.decode(result.token_ids, skip_special_tokens=True)
     assert "".join(deltas) == result.text
-

@@ -59,7 +59,9 @@ def make_norm(hidden, eps=1e-5, seed=1):
 def test_rmsnorm_equals_the_formula():
     norm = make_norm(32)
     x = randn(5, 32)
-    torch.testing.assert_close(norm(x).double(), rms_formula(x, norm.weight, 1e-5), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        norm(x).double(), rms_formula(x, norm.weight, 1e-5), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_rmsnorm_with_residual_adds_first_and_returns_the_sum():
@@ -67,7 +69,9 @@ def test_rmsnorm_with_residual_adds_first_and_returns_the_sum():
     x, residual = randn(4, 32, seed=2), randn(4, 32, seed=3)
     out, new_residual = norm(x, residual)
     torch.testing.assert_close(new_residual, x + residual)
-    torch.testing.assert_close(out.double(), rms_formula(x + residual, norm.weight, 1e-5), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        out.double(), rms_formula(x + residual, norm.weight, 1e-5), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_rmsnorm_ignores_the_scale_of_its_input():
@@ -87,7 +91,9 @@ def test_rmsnorm_keeps_the_activation_dtype():
     x = randn(2, 64).to(torch.bfloat16)
     out = norm(x)
     assert out.dtype == torch.bfloat16
-    torch.testing.assert_close(out.double(), rms_formula(x, norm.weight, 1e-5), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(
+        out.double(), rms_formula(x, norm.weight, 1e-5), rtol=2e-2, atol=2e-2
+    )
 
 
 # -- RoPE -----------------------------------------------------------------------------
@@ -126,8 +132,12 @@ def test_rope_rotates_each_channel_pair_by_position_times_frequency(neox):
     q, k = randn(5, 4 * HEAD_DIM, seed=5), randn(5, 2 * HEAD_DIM, seed=6)
     q_rot, k_rot = rope(positions, q, k)
     assert q_rot.shape == q.shape and k_rot.shape == k.shape
-    torch.testing.assert_close(q_rot.double(), rope_formula(q, positions, neox), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(k_rot.double(), rope_formula(k, positions, neox), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        q_rot.double(), rope_formula(q, positions, neox), rtol=1e-5, atol=1e-5
+    )
+    torch.testing.assert_close(
+        k_rot.double(), rope_formula(k, positions, neox), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_rope_at_position_zero_changes_nothing():
@@ -205,14 +215,19 @@ def new_cache(batch, max_len):
 
 
 def qkv(tokens, seed):
-    return randn(tokens, H, D, seed=seed), randn(tokens, HKV, D, seed=seed + 1), randn(tokens, HKV, D, seed=seed + 2)
+    return (
+        randn(tokens, H, D, seed=seed),
+        randn(tokens, HKV, D, seed=seed + 1),
+        randn(tokens, HKV, D, seed=seed + 2),
+    )
 
 
 def test_attention_prefill_equals_causal_attention_with_repeated_kv_heads():
     batch, n = 2, 5
     q, k, v = qkv(batch * n, seed=20)
-    out = impl.ContiguousAttentionBackend().forward(q, k, v, new_cache(batch, 8),
-                                                    impl.ContiguousAttentionMetadata.prefill(batch, n))
+    out = impl.ContiguousAttentionBackend().forward(
+        q, k, v, new_cache(batch, 8), impl.ContiguousAttentionMetadata.prefill(batch, n)
+    )
     assert out.shape == (batch * n, H, D)
     for b in range(batch):
         rows = slice(b * n, (b + 1) * n)
@@ -224,7 +239,9 @@ def test_attention_prefill_writes_keys_and_values_at_their_positions_only():
     batch, n = 2, 3
     q, k, v = qkv(batch * n, seed=30)
     cache = new_cache(batch, 6)
-    impl.ContiguousAttentionBackend().forward(q, k, v, cache, impl.ContiguousAttentionMetadata.prefill(batch, n))
+    impl.ContiguousAttentionBackend().forward(
+        q, k, v, cache, impl.ContiguousAttentionMetadata.prefill(batch, n)
+    )
     torch.testing.assert_close(cache[0, :, :n], k.view(batch, n, HKV, D))
     torch.testing.assert_close(cache[1, :, :n], v.view(batch, n, HKV, D))
     assert (cache[:, :, n:] == 0).all(), "positions after the new tokens must stay untouched"
@@ -241,10 +258,10 @@ def test_attention_decode_step_writes_at_start_pos_and_reads_the_whole_cache():
     torch.testing.assert_close(cache[0, :, n], k1)
     torch.testing.assert_close(cache[1, :, n], v1)
     for b in range(batch):
-        keys = torch.cat([k[b * n:(b + 1) * n], k1[b:b + 1]])
-        values = torch.cat([v[b * n:(b + 1) * n], v1[b:b + 1]])
-        expected = attention_formula(q1[b:b + 1], keys, values, torch.tensor([n]))
-        torch.testing.assert_close(out[b:b + 1].double(), expected, rtol=1e-5, atol=1e-5)
+        keys = torch.cat([k[b * n : (b + 1) * n], k1[b : b + 1]])
+        values = torch.cat([v[b * n : (b + 1) * n], v1[b : b + 1]])
+        expected = attention_formula(q1[b : b + 1], keys, values, torch.tensor([n]))
+        torch.testing.assert_close(out[b : b + 1].double(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_attention_several_new_tokens_on_top_of_a_filled_cache():
@@ -266,7 +283,9 @@ def test_attention_query_head_h_reads_kv_head_h_over_group():
     backend = impl.ContiguousAttentionBackend()
     cache = new_cache(1, 4)
     prefill = backend.forward(q, k, v, cache, impl.ContiguousAttentionMetadata.prefill(1, 3))
-    decode = backend.forward(q[:1], k[:1], v[:1], cache, impl.ContiguousAttentionMetadata.decode(1, 3))
+    decode = backend.forward(
+        q[:1], k[:1], v[:1], cache, impl.ContiguousAttentionMetadata.decode(1, 3)
+    )
     expected = torch.tensor([1.0, 1.0, 2.0, 2.0])
     torch.testing.assert_close(prefill[:, :, 0], expected.expand(3, H))
     torch.testing.assert_close(decode[:, :, 0], expected.expand(1, H))
@@ -274,13 +293,15 @@ def test_attention_query_head_h_reads_kv_head_h_over_group():
 
 def test_attention_prefill_is_causal():
     q, k, v = qkv(5, seed=80)
-    out = impl.ContiguousAttentionBackend().forward(q, k, v, new_cache(1, 5),
-                                                    impl.ContiguousAttentionMetadata.prefill(1, 5))
+    out = impl.ContiguousAttentionBackend().forward(
+        q, k, v, new_cache(1, 5), impl.ContiguousAttentionMetadata.prefill(1, 5)
+    )
     k2, v2 = k.clone(), v.clone()
     k2[4] += 3.0
     v2[4] -= 3.0
-    out2 = impl.ContiguousAttentionBackend().forward(q, k2, v2, new_cache(1, 5),
-                                                     impl.ContiguousAttentionMetadata.prefill(1, 5))
+    out2 = impl.ContiguousAttentionBackend().forward(
+        q, k2, v2, new_cache(1, 5), impl.ContiguousAttentionMetadata.prefill(1, 5)
+    )
     torch.testing.assert_close(out2[:4], out[:4])
     assert not torch.allclose(out2[4], out[4])
 
@@ -288,8 +309,9 @@ def test_attention_prefill_is_causal():
 def test_attention_step_past_the_end_of_the_cache_is_refused():
     q, k, v = qkv(3, seed=90)
     with pytest.raises(ValueError):
-        impl.ContiguousAttentionBackend().forward(q, k, v, new_cache(1, 2),
-                                                  impl.ContiguousAttentionMetadata.prefill(1, 3))
+        impl.ContiguousAttentionBackend().forward(
+            q, k, v, new_cache(1, 2), impl.ContiguousAttentionMetadata.prefill(1, 3)
+        )
 
 
 # -- SwiGLU ---------------------------------------------------------------------------
@@ -299,7 +321,9 @@ def test_silu_and_mul_equals_silu_of_gate_times_up():
     gate, up = randn(3, 10, seed=100), randn(3, 10, seed=101)
     out = impl.SiluAndMul()(torch.cat([gate, up], dim=-1))
     g = gate.double()
-    torch.testing.assert_close(out.double(), g * torch.sigmoid(g) * up.double(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        out.double(), g * torch.sigmoid(g) * up.double(), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_silu_and_mul_halves_the_last_dimension():
@@ -338,21 +362,27 @@ def run_steps(model, backend, prompts, decode_tokens):
     """Prefill a batch of equal-length prompts, then decode the given tokens; logits of every step."""
     cfg = model.config
     batch, n = len(prompts), len(prompts[0])
-    cache = [torch.zeros(2, batch, n + len(decode_tokens), cfg.num_key_value_heads, cfg.head_dim)
-             for _ in range(cfg.num_hidden_layers)]
+    cache = [
+        torch.zeros(2, batch, n + len(decode_tokens), cfg.num_key_value_heads, cfg.head_dim)
+        for _ in range(cfg.num_hidden_layers)
+    ]
     bind_kv_caches(model, backend, cache)
     steps = []
     try:
         with torch.inference_mode():
             ids = torch.tensor([t for p in prompts for t in p])
             positions = torch.arange(n).repeat(batch)
-            with set_forward_context(CUDAGraphMode.NONE, attn_metadata=impl.ContiguousAttentionMetadata.prefill(batch, n)):
+            with set_forward_context(
+                CUDAGraphMode.NONE, attn_metadata=impl.ContiguousAttentionMetadata.prefill(batch, n)
+            ):
                 steps.append(model.compute_logits(model(ids, positions)))
             for i, token in enumerate(decode_tokens):
                 ids = torch.full((batch,), token)
                 positions = torch.full((batch,), n + i)
-                with set_forward_context(CUDAGraphMode.NONE,
-                                         attn_metadata=impl.ContiguousAttentionMetadata.decode(batch, n + i)):
+                with set_forward_context(
+                    CUDAGraphMode.NONE,
+                    attn_metadata=impl.ContiguousAttentionMetadata.decode(batch, n + i),
+                ):
                     steps.append(model.compute_logits(model(ids, positions)))
     finally:
         bind_kv_caches(model, None, None)

@@ -16,7 +16,9 @@ from mini_vllm.engine.scheduler import Scheduler, SchedulerConfig
 from mini_vllm.engine.sequence import Sequence
 from mini_vllm.sampling_params import SamplingParams
 
-impl = implementation(__file__, starter="model_inputs.py", reference="mini_vllm.engine.model_inputs")
+impl = implementation(
+    __file__, starter="model_inputs.py", reference="mini_vllm.engine.model_inputs"
+)
 
 BLOCK = 4
 
@@ -37,11 +39,17 @@ def request(seq_id, prompt, max_tokens=8):
 
 def apply(scheduler, out, token=99):
     """Finish a step: every row that samples gets `token`."""
-    scheduler.update_from_output(out, [token if row.samples_token else None for row in out.scheduled])
+    scheduler.update_from_output(
+        out, [token if row.samples_token else None for row in out.scheduled]
+    )
 
 
 def expected_slots(out):
-    return [slot(row.block_table, p) for row in out.scheduled for p in range(row.num_computed_tokens, row.context_len)]
+    return [
+        slot(row.block_table, p)
+        for row in out.scheduled
+        for p in range(row.num_computed_tokens, row.context_len)
+    ]
 
 
 # -- query_start_loc -----------------------------------------------------------------
@@ -49,9 +57,15 @@ def expected_slots(out):
 
 def test_query_start_loc_is_the_running_sum_of_query_lengths():
     inputs = impl.ModelInputs(
-        input_ids=[5, 6, 7, 8, 9, 10], positions=[4, 0, 1, 2, 7, 8], slot_mapping=[0, 1, 2, 3, 4, 5],
-        query_lens=[1, 3, 2], seq_lens=[5, 3, 9], block_tables=[[0, 1], [2], [3, 4, 5]],
-        logits_indices=[0, 3, 5], sampling_rows=[0, 1, 2], uniform_decode=False,
+        input_ids=[5, 6, 7, 8, 9, 10],
+        positions=[4, 0, 1, 2, 7, 8],
+        slot_mapping=[0, 1, 2, 3, 4, 5],
+        query_lens=[1, 3, 2],
+        seq_lens=[5, 3, 9],
+        block_tables=[[0, 1], [2], [3, 4, 5]],
+        logits_indices=[0, 3, 5],
+        sampling_rows=[0, 1, 2],
+        uniform_decode=False,
     )
     assert inputs.query_start_loc == [0, 1, 4, 6]
 
@@ -114,7 +128,9 @@ def test_slot_mapping_follows_every_rows_block_table_across_block_boundaries():
         if not out.is_empty:
             inputs = impl.prepare_inputs(out)
             assert inputs.slot_mapping == expected_slots(out), f"step {out.step}: {out}"
-            assert len(set(inputs.slot_mapping)) == len(inputs.slot_mapping), "two tokens share a slot"
+            assert len(set(inputs.slot_mapping)) == len(inputs.slot_mapping), (
+                "two tokens share a slot"
+            )
         apply(sched, out, token=1 + out.step % 40)
         steps += 1
         assert steps < 500
@@ -130,7 +146,9 @@ def test_chunked_prompt_samples_only_in_its_last_chunk():
     assert first.input_ids == [40, 10, 11, 12, 13, 14, 15, 16]
     assert first.positions == [3, 0, 1, 2, 3, 4, 5, 6]
     assert first.query_lens == [1, 7] and first.seq_lens == [4, 7]
-    assert first.logits_indices == [0] and first.sampling_rows == [0], "a chunk short of the prompt's end samples nothing"
+    assert first.logits_indices == [0] and first.sampling_rows == [0], (
+        "a chunk short of the prompt's end samples nothing"
+    )
     apply(sched, out, token=41)
     second = impl.prepare_inputs(sched.schedule())
     assert second.input_ids == [41, 17, 18, 19]
@@ -165,7 +183,9 @@ def test_a_one_token_prompt_is_a_prefill_not_a_uniform_decode():
 
 
 def test_empty_batch_gives_empty_inputs():
-    inputs = impl.prepare_inputs(make_scheduler(max_num_seqs=2, max_num_batched_tokens=8).schedule())
+    inputs = impl.prepare_inputs(
+        make_scheduler(max_num_seqs=2, max_num_batched_tokens=8).schedule()
+    )
     assert inputs.num_tokens == 0 and inputs.num_reqs == 0
     assert inputs.logits_indices == [] and inputs.block_tables == []
     assert inputs.uniform_decode is False
@@ -233,7 +253,9 @@ def test_padding_a_mixed_batch_pads_tokens_only():
     # The rows are untouched: attention runs eagerly on the real rows only.
     assert padded.num_reqs == 2
     assert (padded.query_lens, padded.seq_lens, padded.block_tables) == (
-        inputs.query_lens, inputs.seq_lens, inputs.block_tables
+        inputs.query_lens,
+        inputs.seq_lens,
+        inputs.block_tables,
     )
     assert padded.uniform_decode is False
 
@@ -263,11 +285,23 @@ def test_padding_below_the_batch_size_is_an_error():
 @pytest.mark.parametrize("batch", [decode_batch, mixed_batch], ids=["uniform", "mixed"])
 def test_padding_returns_new_inputs_and_leaves_the_original_alone(batch):
     inputs = batch()
-    snapshot = (list(inputs.input_ids), list(inputs.positions), list(inputs.slot_mapping),
-                list(inputs.query_lens), list(inputs.seq_lens), [list(t) for t in inputs.block_tables])
+    snapshot = (
+        list(inputs.input_ids),
+        list(inputs.positions),
+        list(inputs.slot_mapping),
+        list(inputs.query_lens),
+        list(inputs.seq_lens),
+        [list(t) for t in inputs.block_tables],
+    )
     impl.pad_inputs(inputs, 8)
-    assert (inputs.input_ids, inputs.positions, inputs.slot_mapping,
-            inputs.query_lens, inputs.seq_lens, inputs.block_tables) == snapshot
+    assert (
+        inputs.input_ids,
+        inputs.positions,
+        inputs.slot_mapping,
+        inputs.query_lens,
+        inputs.seq_lens,
+        inputs.block_tables,
+    ) == snapshot
     assert inputs.num_real_tokens == -1
 
 
@@ -307,7 +341,10 @@ class FakeModel:
         for r, (seq_len, table) in enumerate(zip(inputs.seq_lens, inputs.block_tables)):
             contexts.append([self.kv[slot(table, p)] for p in range(seq_len)])
             row_of_token.update({j: r for j in range(starts[r], starts[r + 1])})
-        sampled = [next_token(contexts[row_of_token[j]][: inputs.positions[j] + 1]) for j in inputs.logits_indices]
+        sampled = [
+            next_token(contexts[row_of_token[j]][: inputs.positions[j] + 1])
+            for j in inputs.logits_indices
+        ]
         return contexts, sampled
 
 
@@ -315,7 +352,10 @@ def test_a_whole_padded_run_through_the_scheduler_keeps_every_kv_cache_intact():
     num_blocks = 12
     sched = make_scheduler(num_blocks=num_blocks, max_num_seqs=4, max_num_batched_tokens=10)
     model = FakeModel(num_blocks)
-    prompts = [[(5 * i + 3 * k) % (VOCAB - 1) + 1 for k in range(n)] for i, n in enumerate((6, 14, 3, 9, 5, 11))]
+    prompts = [
+        [(5 * i + 3 * k) % (VOCAB - 1) + 1 for k in range(n)]
+        for i, n in enumerate((6, 14, 3, 9, 5, 11))
+    ]
     requests = [request(i, p, max_tokens=10) for i, p in enumerate(prompts)]
     for seq in requests:
         sched.add_request(seq)

@@ -19,7 +19,11 @@ import torch
 import torch.fx
 
 import mini_vllm.compilation.attention_op  # noqa: F401  (registers torch.ops.mini_vllm.attention)
-from mini_vllm.attention.paged import PagedAttentionBackend, PagedAttentionMetadata, allocate_paged_kv_caches
+from mini_vllm.attention.paged import (
+    PagedAttentionBackend,
+    PagedAttentionMetadata,
+    allocate_paged_kv_caches,
+)
 from mini_vllm.compilation.attention_op import use_attention_op
 from mini_vllm.compilation.split import trace_with_opaque_attention as course_trace
 from mini_vllm.config.compilation import CUDAGraphMode
@@ -37,7 +41,13 @@ def tiny_model():
     """The tiny Llama with a random paged KV cache bound to its attention layers."""
     model, _, config = load_model("tiny", device="cpu", dtype=torch.float32, seed=0, progress=False)
     caches = allocate_paged_kv_caches(
-        config.num_hidden_layers, NUM_BLOCKS, BLOCK, config.num_key_value_heads, config.head_dim, torch.float32, "cpu"
+        config.num_hidden_layers,
+        NUM_BLOCKS,
+        BLOCK,
+        config.num_key_value_heads,
+        config.head_dim,
+        torch.float32,
+        "cpu",
     )
     generator = torch.Generator().manual_seed(0)
     for cache in caches:
@@ -73,7 +83,8 @@ def batch(rows):
         seq_lens=torch.tensor(seq_lens),
         query_lens=query_lens,
         seq_lens_host=seq_lens,
-        uniform_decode=all(new == 1 for _, new, _ in rows) and all(cached > 0 for cached, _, _ in rows),
+        uniform_decode=all(new == 1 for _, new, _ in rows)
+        and all(cached > 0 for cached, _, _ in rows),
     )
     return torch.tensor(ids), torch.tensor(positions), metadata
 
@@ -96,7 +107,9 @@ def run(fn, rows, model=None):
 
 def is_attention_layer(gm):
     """This file's own test for the fx form: a call_module node whose module is an Attention layer."""
-    return lambda node: node.op == "call_module" and isinstance(gm.get_submodule(node.target), Attention)
+    return lambda node: (
+        node.op == "call_module" and isinstance(gm.get_submodule(node.target), Attention)
+    )
 
 
 def compute_nodes(module):
@@ -203,7 +216,9 @@ def test_is_attention_node_rejects_other_modules_and_other_attention_functions()
 # -- step 3: the split ---------------------------------------------------------------------
 
 
-def test_split_gives_layers_plus_one_pieces_alternating_capturable_and_attention(course_graph, num_layers):
+def test_split_gives_layers_plus_one_pieces_alternating_capturable_and_attention(
+    course_graph, num_layers
+):
     _, _, items = split_course_graph(course_graph)
     assert len(items) == num_layers + 1 + num_layers
     assert [item.is_splitting_graph for item in items] == [False, True] * num_layers + [False]
@@ -253,7 +268,9 @@ def test_a_model_without_attention_is_one_capturable_piece():
     mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.SiLU(), torch.nn.Linear(16, 8))
     gm = course_trace(mlp)
     split, items = impl.split_graph(gm, lambda node: False)
-    assert [(item.submod_name, item.is_splitting_graph) for item in items] == [(items[0].submod_name, False)]
+    assert [(item.submod_name, item.is_splitting_graph) for item in items] == [
+        (items[0].submod_name, False)
+    ]
     x = torch.randn(3, 8, generator=torch.Generator().manual_seed(1))
     assert torch.equal(split(x), gm(x))
 
@@ -284,7 +301,9 @@ def test_pieces_come_back_in_graph_order_even_past_ten_pieces():
     is_op = lambda node: node.op == "call_function" and "mini_vllm.attention" in str(node.target)  # noqa: E731
     _, items = impl.split_graph(gm, is_op)
     assert [item.is_splitting_graph for item in items] == [False, True] * 6 + [False]
-    layer_names = [compute_nodes(item.module)[0].args[4] for item in items if item.is_splitting_graph]
+    layer_names = [
+        compute_nodes(item.module)[0].args[4] for item in items if item.is_splitting_graph
+    ]
     assert layer_names == [f"layer.{i}" for i in range(6)]
 
 
@@ -302,7 +321,9 @@ def test_your_trace_predicate_and_split_run_the_model_exactly(model, num_layers)
 def test_dynamo_graph_splits_at_the_custom_op_and_runs_like_eager():
     # A model of its own: its attention layers call the custom op, as under VLLM_COMPILE.
     model = tiny_model()
-    expected = {name: run(model.model, rows) for name, rows in (("prefill", PREFILL), ("decode", DECODE))}
+    expected = {
+        name: run(model.model, rows) for name, rows in (("prefill", PREFILL), ("decode", DECODE))
+    }
     use_attention_op(model)
     seen = []
 
@@ -313,8 +334,13 @@ def test_dynamo_graph_splits_at_the_custom_op_and_runs_like_eager():
         return split
 
     lm = model.model
-    compiled = torch.compile(lambda ids, pos: lm.forward(ids, pos), backend=backend, fullgraph=True, dynamic=True)
-    got = {name: run(compiled, rows, model) for name, rows in (("prefill", PREFILL), ("decode", DECODE))}
+    compiled = torch.compile(
+        lambda ids, pos: lm.forward(ids, pos), backend=backend, fullgraph=True, dynamic=True
+    )
+    got = {
+        name: run(compiled, rows, model)
+        for name, rows in (("prefill", PREFILL), ("decode", DECODE))
+    }
     layers = model.config.num_hidden_layers
     assert len(seen) == 1, "one trace serves both batches (the token dimension is dynamic)"
     assert [item.is_splitting_graph for item in seen[0]] == [False, True] * layers + [False]

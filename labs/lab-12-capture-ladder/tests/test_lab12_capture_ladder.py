@@ -15,17 +15,31 @@ TRACE = RECORDED["decode_batch_sizes"]
 
 
 def step(tokens, uniform=True, prefill=0, mode="NONE", padded=None):
-    return StepRecord(num_reqs=tokens, num_tokens=tokens, num_padded_tokens=padded or tokens,
-                      num_prefill_tokens=prefill, num_decode_tokens=tokens - prefill,
-                      uniform_decode=uniform, runtime_mode=mode, seconds=0.0)
+    return StepRecord(
+        num_reqs=tokens,
+        num_tokens=tokens,
+        num_padded_tokens=padded or tokens,
+        num_prefill_tokens=prefill,
+        num_decode_tokens=tokens - prefill,
+        uniform_decode=uniform,
+        runtime_mode=mode,
+        seconds=0.0,
+    )
 
 
 # --- the trace and the score ---------------------------------------------------------
 
 
 def test_trace_keeps_only_uniform_decode_steps_in_order():
-    stats = EngineStats(steps=[step(40, uniform=False, prefill=37), step(3), step(9, uniform=False, prefill=6),
-                               step(5), step(1)])
+    stats = EngineStats(
+        steps=[
+            step(40, uniform=False, prefill=37),
+            step(3),
+            step(9, uniform=False, prefill=6),
+            step(5),
+            step(1),
+        ]
+    )
     assert impl.trace_from_stats(stats) == [3, 5, 1]
 
 
@@ -55,10 +69,15 @@ def test_engine_accounting_pads_and_routes_like_the_dispatcher():
 
 def test_engine_accounting_uses_piecewise_when_only_piecewise_is_captured():
     stats = impl.score_with_engine([3, 30], [4, 8], cudagraph_mode="PIECEWISE")
-    assert [(s.runtime_mode, s.num_padded_tokens) for s in stats.steps] == [("PIECEWISE", 4), ("NONE", 30)]
+    assert [(s.runtime_mode, s.num_padded_tokens) for s in stats.steps] == [
+        ("PIECEWISE", 4),
+        ("NONE", 30),
+    ]
 
 
-@pytest.mark.parametrize("ladder", [[1, 2, 4, 8, 16, 32], [4, 12, 20], [23], [1, 2, 3, 5, 8, 13, 21]])
+@pytest.mark.parametrize(
+    "ladder", [[1, 2, 4, 8, 16, 32], [4, 12, 20], [23], [1, 2, 3, 5, 8, 13, 21]]
+)
 def test_hit_rate_and_waste_equal_the_engine_stats_on_the_recorded_trace(ladder):
     score = impl.evaluate_ladder(TRACE, ladder)
     stats = impl.score_with_engine(TRACE, ladder, max_num_seqs=64)
@@ -90,11 +109,17 @@ def test_chosen_ladder_pads_less_than_powers_of_two_with_the_same_count():
     naive = impl.powers_of_two_ladder(6)  # 1..32: the smallest such ladder that reaches 92% here
     assert impl.evaluate_ladder(TRACE, naive).hit_rate >= 0.92
     chosen = impl.choose_ladder(TRACE, len(naive))
-    assert impl.evaluate_ladder(TRACE, chosen).padding_waste < impl.evaluate_ladder(TRACE, naive).padding_waste / 2
+    assert (
+        impl.evaluate_ladder(TRACE, chosen).padding_waste
+        < impl.evaluate_ladder(TRACE, naive).padding_waste / 2
+    )
 
 
 def test_more_graphs_never_pad_more():
-    wastes = [impl.evaluate_ladder(TRACE, impl.choose_ladder(TRACE, n)).padding_waste for n in range(1, 11)]
+    wastes = [
+        impl.evaluate_ladder(TRACE, impl.choose_ladder(TRACE, n)).padding_waste
+        for n in range(1, 11)
+    ]
     assert all(b <= a for a, b in zip(wastes, wastes[1:]))
     assert wastes[-1] < wastes[0]
 
@@ -103,7 +128,9 @@ def test_chosen_ladder_is_optimal_on_a_small_trace():
     trace = {1: 5, 2: 9, 3: 2, 5: 7, 6: 1, 9: 4, 12: 6, 15: 1, 20: 1}
     total = sum(trace.values())
     for max_graphs in (1, 2, 3, 4):
-        chosen = impl.evaluate_ladder(trace, impl.choose_ladder(trace, max_graphs, min_hit_rate=0.9))
+        chosen = impl.evaluate_ladder(
+            trace, impl.choose_ladder(trace, max_graphs, min_hit_rate=0.9)
+        )
         best = min(
             impl.evaluate_ladder(trace, rungs).padding_tokens
             for n in range(1, max_graphs + 1)
@@ -111,7 +138,9 @@ def test_chosen_ladder_is_optimal_on_a_small_trace():
             if sum(c for s, c in trace.items() if s <= max(rungs)) >= 0.9 * total
         )
         assert chosen.hit_rate >= 0.9
-        assert chosen.padding_tokens == best, f"{max_graphs} graphs: {chosen.ladder} is not the least padding"
+        assert chosen.padding_tokens == best, (
+            f"{max_graphs} graphs: {chosen.ladder} is not the least padding"
+        )
 
 
 def test_a_full_hit_rate_puts_the_top_rung_on_the_largest_batch():
@@ -147,11 +176,19 @@ def test_the_real_engine_replays_the_chosen_ladder_at_92_percent():
     from mini_vllm.bench.ladder import make_workload, run_workload
 
     ladder = impl.choose_ladder(TRACE, 6)
-    llm = LLM("tiny", device="cpu", dtype="float32", max_num_seqs=64,
-              cudagraph_mode="FULL_AND_PIECEWISE", cudagraph_capture_sizes=ladder)
+    llm = LLM(
+        "tiny",
+        device="cpu",
+        dtype="float32",
+        max_num_seqs=64,
+        cudagraph_mode="FULL_AND_PIECEWISE",
+        cudagraph_capture_sizes=ladder,
+    )
     workload = RECORDED["workload"]
     run_workload(llm, make_workload(workload["num_requests"], workload["seed"]))
     seen = impl.trace_from_stats(llm.stats)
     assert seen == TRACE  # batch sizes depend on the scheduler only, not on the machine
     assert llm.stats.decode_graph_hit_rate >= 0.92
-    assert llm.stats.decode_graph_hit_rate == pytest.approx(impl.evaluate_ladder(seen, ladder).hit_rate, abs=1e-12)
+    assert llm.stats.decode_graph_hit_rate == pytest.approx(
+        impl.evaluate_ladder(seen, ladder).hit_rate, abs=1e-12
+    )
