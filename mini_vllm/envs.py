@@ -20,8 +20,9 @@ Outside the package: the labs read MINI_VLLM_IMPL and MINI_VLLM_STARTER_DIR
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from mini_vllm.errors import UserError
 

@@ -11,8 +11,9 @@ outside the engine that runs a model holds on to its layers.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = ["BatchDescriptor", "ForwardContext", "get_forward_context", "set_forward_context"]
 
@@ -25,7 +26,7 @@ class BatchDescriptor(NamedTuple):
     num_reqs: int | None = None
     uniform: bool = False  # every request has the same query length (uniform decode)
 
-    def relax_for_mixed_batch_cudagraphs(self) -> "BatchDescriptor":
+    def relax_for_mixed_batch_cudagraphs(self) -> BatchDescriptor:
         """The key a graph that serves any batch of this many tokens is stored under."""
         return BatchDescriptor(self.num_tokens, num_reqs=None, uniform=False)
 

@@ -11,7 +11,7 @@ done, and returns the outputs in prompt order). nano-vllm: nanovllm/llm.py.
 
 from __future__ import annotations
 
-from typing import Sequence as SequenceT
+from collections.abc import Sequence as SequenceT
 
 from mini_vllm.engine.engine_config import EngineConfig
 from mini_vllm.engine.llm_engine import LLMEngine
@@ -36,7 +36,7 @@ class LLM:
         self._build(config, loaded, tokenizer)
 
     @classmethod
-    def from_model(cls, loaded_model, tokenizer=None, **engine_kwargs: object) -> "LLM":
+    def from_model(cls, loaded_model, tokenizer=None, **engine_kwargs: object) -> LLM:
         """An engine around a model that is already loaded (no second load from disk).
 
         The device and dtype default to those of the model's weights; `model=` may name
@@ -63,7 +63,7 @@ class LLM:
     def stats(self) -> EngineStats:
         return self.engine.stats
 
-    def _encode(self, prompt: "str | SequenceT[int]") -> tuple[str | None, list[int]]:
+    def _encode(self, prompt: str | SequenceT[int]) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise UserError(
@@ -75,8 +75,8 @@ class LLM:
     # ANCHOR: generate
     def generate(
         self,
-        prompts: "str | SequenceT[str | SequenceT[int]]",
-        sampling_params: "SamplingParams | SequenceT[SamplingParams] | None" = None,
+        prompts: str | SequenceT[str | SequenceT[int]],
+        sampling_params: SamplingParams | SequenceT[SamplingParams] | None = None,
         use_tqdm: bool | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt at once (continuous batching); outputs in prompt order.

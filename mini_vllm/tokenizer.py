@@ -19,9 +19,10 @@ CLI drive them anyway.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from mini_vllm.errors import UserError
 
@@ -73,7 +74,7 @@ class Tokenizer:
         return None if token is None else self._backend.token_to_id(token)
 
     @classmethod
-    def from_dir(cls, path: str | Path) -> "Tokenizer":
+    def from_dir(cls, path: str | Path) -> Tokenizer:
         """Open a Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json)."""
         from tokenizers import Tokenizer as FastTokenizer
 

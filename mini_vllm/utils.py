@@ -7,7 +7,7 @@ thread count once per process in vllm/v1/worker/cpu_worker.py).
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 

@@ -18,7 +18,7 @@ def test_graph_bench_reports_every_mode_and_batch_and_a_markdown_table():
         log=lines.append,
     )
     assert set(report.results) == {(b, m) for b in (1, 2) for m in ("eager", "full", "full+async")}
-    for (batch, mode), result in report.results.items():
+    for (_, mode), result in report.results.items():
         assert result.step_ms > 0 and result.forward_ms > 0
         assert result.runtime_mode == ("NONE" if mode == "eager" else "FULL")
     assert report.refit is None  # the simulator preset describes SmolLM2's shape only

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from mini_vllm import LLM, SamplingParams
-from mini_vllm.config.compilation import CompilationMode, CUDAGraphMode
+from mini_vllm.config.compilation import CUDAGraphMode
 
 ROOT = Path(__file__).resolve().parent.parent
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
@@ -161,17 +161,16 @@ def test_diagnostics_report_a_graph_break_introduced_on_purpose():
 
 
 def test_the_model_traces_in_one_graph():
-    from mini_vllm.compilation.attention_op import use_attention_op
-    from mini_vllm.compilation.diagnostics import explain_graph_breaks
-    from mini_vllm.models.loader import load_model
-
     from mini_vllm.attention.paged import (
         PagedAttentionBackend,
         PagedAttentionMetadata,
         allocate_paged_kv_caches,
     )
+    from mini_vllm.compilation.attention_op import use_attention_op
+    from mini_vllm.compilation.diagnostics import explain_graph_breaks
     from mini_vllm.forward_context import set_forward_context
     from mini_vllm.layers.attention import bind_kv_caches, static_forward_context
+    from mini_vllm.models.loader import load_model
 
     model, _, cfg = load_model("tiny")
     bind_kv_caches(

@@ -17,14 +17,13 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
+from mini_vllm import LLM, SamplingParams
 from mini_vllm.compilation.monitor import (
     cudagraph_capturing_enabled,
     set_cudagraph_capturing_enabled,
 )
-import torch
-
-from mini_vllm import LLM, SamplingParams
 from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.engine.model_inputs import ModelInputs, pad_inputs
 from mini_vllm.forward_context import BatchDescriptor, set_forward_context

@@ -23,7 +23,7 @@ from mini_vllm.layers.activation import silu_and_mul_native
 from mini_vllm.layers.layernorm import rms_norm_native
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_compile import GREEDY, make, prompts  # noqa: E402
+from test_compile import GREEDY, make, prompts
 
 
 def mini_vllm_ops(graph: torch.fx.Graph) -> Counter:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from mini_vllm.config.capture_sizes import default_capture_sizes
 from mini_vllm.bench.ladder import (
     choose_ladder,
     evaluate_ladder,
@@ -20,6 +19,7 @@ from mini_vllm.bench.ladder import (
     trace_from_stats,
     tradeoff,
 )
+from mini_vllm.config.capture_sizes import default_capture_sizes
 from mini_vllm.llm import LLM
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,10 +21,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mini_vllm.teaching.decode_loop import full_forward_logits, generate
 from mini_vllm.errors import MissingWeightsError
 from mini_vllm.models.loader import load_model
 from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.teaching.decode_loop import full_forward_logits, generate
 from mini_vllm.weights.gguf_file import find_smollm2_gguf
 
 pytestmark = pytest.mark.gpu

@@ -16,13 +16,13 @@ from mini_vllm.attention.contiguous import (
     ContiguousAttentionMetadata,
     allocate_contiguous_kv_caches,
 )
-from mini_vllm.teaching.decode_loop import full_forward_logits, run_model_step
 from mini_vllm.errors import UserError
 from mini_vllm.layers.attention import Attention, attention_layers, bind_kv_caches
 from mini_vllm.layers.layernorm import RMSNorm
 from mini_vllm.layers.rotary_embedding import RotaryEmbedding
 from mini_vllm.models.config import MODEL_CONFIGS, LlamaConfig, get_model_config
 from mini_vllm.models.loader import build_model, load_model
+from mini_vllm.teaching.decode_loop import full_forward_logits, run_model_step
 from mini_vllm.weights.gguf_file import permute_rows, unpermute_rows
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mini_vllm.teaching.decode_loop import full_forward_logits, generate
 from mini_vllm.models.loader import build_model
 from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.teaching.decode_loop import full_forward_logits, generate
 from mini_vllm.tokenizer import IncrementalDetokenizer
 from mini_vllm.weights.gguf_file import permute_rows
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from mini_vllm.weights.cache import cache_root, publish_atomically
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mini_vllm.teaching.decode_loop import full_forward_logits
 from mini_vllm.errors import UserError
 from mini_vllm.models.loader import load_model
+from mini_vllm.teaching.decode_loop import full_forward_logits
 from mini_vllm.weights.hf_dir import read_hf_config
 
 

@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 import torch
 
-from mini_vllm.teaching.decode_loop import generate, generate_lockstep
-from mini_vllm.errors import UserError
 from mini_vllm.engine.sequence import check_stop
+from mini_vllm.errors import UserError
 from mini_vllm.layers.sampler import Sampler, apply_top_k_top_p, make_generator
 from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.teaching.decode_loop import generate, generate_lockstep
 
 sampler = Sampler()
 

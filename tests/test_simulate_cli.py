@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mini_vllm.teaching import cudagraph, launch_overhead
 from mini_vllm.__main__ import main
+from mini_vllm.teaching import cudagraph, launch_overhead
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -29,7 +29,7 @@ Run: pytest labs/lab-02-launch-overhead
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from mini_vllm.teaching.launch_overhead import (
     CPU,
@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 
-def _as_preset(preset: "Preset | str") -> Preset:
+def _as_preset(preset: Preset | str) -> Preset:
     return get_preset(preset) if isinstance(preset, str) else preset
 
 
@@ -114,7 +114,7 @@ def _launches(spans: Iterable[Span]) -> int:
     return sum(1 for s in spans if s.lane == CPU)
 
 
-def simulate_step(preset: "Preset | str", batch: int) -> StepResult:
+def simulate_step(preset: Preset | str, batch: int) -> StepResult:
     """Eager and graph step time of one decode step at this batch size."""
     preset = _as_preset(preset)
     eager = eager_timeline(preset.kernels, batch, preset.hardware)
@@ -124,14 +124,14 @@ def simulate_step(preset: "Preset | str", batch: int) -> StepResult:
     )
 
 
-def sweep(preset: "Preset | str", batch_sizes: Iterable[int]) -> list[StepResult]:
+def sweep(preset: Preset | str, batch_sizes: Iterable[int]) -> list[StepResult]:
     """`simulate_step` at each batch size: the data of a speedup-vs-batch curve."""
     preset = _as_preset(preset)
     return [simulate_step(preset, b) for b in batch_sizes]
 
 
 def crossover_batch(
-    preset: "Preset | str", threshold: float = CROSSOVER_THRESHOLD, max_batch: int = 4096
+    preset: Preset | str, threshold: float = CROSSOVER_THRESHOLD, max_batch: int = 4096
 ) -> int | None:
     """The smallest batch size in 1..max_batch whose speedup (`simulate_step(...).speedup`)
     is below `threshold`; None if graphs still pay at `max_batch`.
@@ -144,7 +144,7 @@ def crossover_batch(
 
 
 def render_ascii(
-    preset: "Preset | str", batch: int = 1, num_kernels: int = 8, width: int = 72
+    preset: Preset | str, batch: int = 1, num_kernels: int = 8, width: int = 72
 ) -> str:
     """The two lanes of the first `num_kernels` kernels, eager above graph, on one time scale.
 

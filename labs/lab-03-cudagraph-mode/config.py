@@ -25,15 +25,15 @@ class CUDAGraphMode(enum.Enum):
         """True for the tuple members: decode and mixed batches are routed apart."""
         raise NotImplementedError("TODO: is self.value a tuple?")
 
-    def decode_mode(self) -> "CUDAGraphMode":
+    def decode_mode(self) -> CUDAGraphMode:
         """The mode for uniform-decode batches: element 0 of a tuple, else the mode itself."""
         raise NotImplementedError("TODO: CUDAGraphMode(self.value[0]) for pairs")
 
-    def mixed_mode(self) -> "CUDAGraphMode":
+    def mixed_mode(self) -> CUDAGraphMode:
         """The mode for mixed prefill/decode batches: element 1 of a tuple, else the mode itself."""
         raise NotImplementedError("TODO: CUDAGraphMode(self.value[1]) for pairs")
 
-    def has_mode(self, mode: "CUDAGraphMode") -> bool:
+    def has_mode(self, mode: CUDAGraphMode) -> bool:
         """Does this (possibly paired) mode use `mode` for some batch?
         `mode` must be a single mode: raise ValueError for a pair."""
         raise NotImplementedError("TODO: membership in the pair, or identity")
@@ -42,7 +42,7 @@ class CUDAGraphMode(enum.Enum):
         """Piecewise graphs need the model compiled in pieces split at attention."""
         raise NotImplementedError("TODO: one line with has_mode")
 
-    def max_cudagraph_mode(self) -> "CUDAGraphMode":
+    def max_cudagraph_mode(self) -> CUDAGraphMode:
         """The 'largest' mode used for any batch (NONE < PIECEWISE < FULL)."""
         raise NotImplementedError("TODO: max over the pair's values")
 
@@ -54,7 +54,7 @@ class CUDAGraphMode(enum.Enum):
         raise NotImplementedError("TODO")
 
     @classmethod
-    def from_name(cls, name: "str | CUDAGraphMode") -> "CUDAGraphMode":
+    def from_name(cls, name: str | CUDAGraphMode) -> CUDAGraphMode:
         """Given: parse 'full_and_piecewise', 'FULL-DECODE-ONLY', ... ."""
         if isinstance(name, cls):
             return name
@@ -76,7 +76,7 @@ class AttentionCGSupport(enum.IntEnum):
 
 
 def resolve_cudagraph_mode(
-    mode: "CUDAGraphMode | str",
+    mode: CUDAGraphMode | str,
     attn_support: AttentionCGSupport,
     attention_is_split: bool,
     uniform_decode_query_len: int = 1,

@@ -17,7 +17,7 @@ __all__ = ["BatchDescriptor", "CUDAGraphMode", "CudagraphDispatcher"]
 class CudagraphDispatcher:
     def __init__(
         self,
-        mode: "CUDAGraphMode | str",
+        mode: CUDAGraphMode | str,
         capture_sizes: list[int],
         max_num_seqs: int,
         uniform_decode_query_len: int = 1,

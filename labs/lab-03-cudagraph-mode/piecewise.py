@@ -20,15 +20,15 @@ Run: pytest labs/lab-03-cudagraph-mode -k piecewise
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence, Union
 
 import numpy as np
 
 from mini_vllm.cudagraph import (
     Branch,
-    CaptureError,
     CapturedGraph,
+    CaptureError,
     GraphEntry,
     GraphPool,
     GraphRunner,
@@ -56,7 +56,7 @@ __all__ = [
     "toy_model",
 ]
 
-ModelOp = Union[Op, Branch]
+ModelOp = Op | Branch
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class PiecewiseGraphRunner:
         device: SimDevice | None = None,
         *,
         is_splitting_op: Callable[[ModelOp], bool] = _not_capturable,
-        dtype: "np.dtype | type | str | None" = np.float32,
+        dtype: np.dtype | type | str | None = np.float32,
         fallback_to_eager: bool = False,
     ) -> None:
         """Split the ops and give every captured piece its own GraphRunner.

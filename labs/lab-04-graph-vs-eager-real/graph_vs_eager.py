@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
+import time  # noqa: F401  (for your timing code)
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
-import torch
+import torch  # noqa: F401  (for your timing code)
 
 RECORDED = Path(__file__).resolve().parent / "recorded" / "h100-itl.json"
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Hashable, Sequence as SequenceT
+from collections.abc import Hashable
+from collections.abc import Sequence as SequenceT
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mini_vllm.engine.sequence import Sequence
@@ -112,13 +114,11 @@ class BlockManager:
         if _cached maps that hash to this block, from _cached too."""
         raise NotImplementedError("TODO: popitem(last=False) on the free pool")
 
-    def can_allocate(
-        self, seq: "Sequence", num_new_tokens: int, num_cached_tokens: int = 0
-    ) -> bool:
+    def can_allocate(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> bool:
         """Whether allocate(seq, num_new_tokens, num_cached_tokens) would succeed."""
         raise NotImplementedError("TODO: count the blocks allocate() would need from the free pool")
 
-    def allocate(self, seq: "Sequence", num_new_tokens: int, num_cached_tokens: int = 0) -> None:
+    def allocate(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> None:
         """Give a sequence without blocks its first blocks.
 
         It shares the cached blocks of its first `num_cached_tokens` tokens (a
@@ -133,11 +133,11 @@ class BlockManager:
             "TODO: shared blocks get ref count + 1, then fresh blocks from the pool"
         )
 
-    def can_append(self, seq: "Sequence", num_new_tokens: int = 1) -> bool:
+    def can_append(self, seq: Sequence, num_new_tokens: int = 1) -> bool:
         """Whether append_slots(seq, num_new_tokens) would succeed."""
         raise NotImplementedError("TODO")
 
-    def append_slots(self, seq: "Sequence", num_new_tokens: int = 1) -> None:
+    def append_slots(self, seq: Sequence, num_new_tokens: int = 1) -> None:
         """Grow the table so that positions num_computed_tokens ..
         num_computed_tokens + num_new_tokens - 1 have slots: a decode step takes a
         block only when its token is the first of a new block; a prefill chunk may
@@ -147,7 +147,7 @@ class BlockManager:
             "TODO: blocks_needed(num_computed + new) - len(table) more blocks"
         )
 
-    def free(self, seq: "Sequence") -> None:
+    def free(self, seq: Sequence) -> None:
         """Return a finished or preempted sequence's blocks: ref count - 1 each, and a
         block that reaches 0 goes to the back of the free pool. Free the table tail
         first, so that a shared prefix is evicted after the private tail. Clear the
@@ -156,7 +156,7 @@ class BlockManager:
 
     # -- prefix caching (steps 5-6) -----------------------------------------------
 
-    def num_cached_tokens(self, seq: "Sequence") -> int:
+    def num_cached_tokens(self, seq: Sequence) -> int:
         """How many leading tokens of a sequence without blocks sit in cached blocks:
         hash its full blocks in order (hash_block_tokens, chained) and stop at the first
         key not in _cached. Always a multiple of block_size and < seq.num_tokens (at least
@@ -165,7 +165,7 @@ class BlockManager:
             "TODO: walk the full blocks, at most (num_tokens - 1) // block_size"
         )
 
-    def cache_full_blocks(self, seq: "Sequence") -> None:
+    def cache_full_blocks(self, seq: Sequence) -> None:
         """Register the blocks the sequence has completely computed (num_computed_tokens
         // block_size of them) that are not registered yet: record each block's key in
         _block_hash and, unless the key already has a block, in _cached. No-op without

@@ -26,7 +26,8 @@ The policy you implement, one schedule() call:
 from __future__ import annotations
 
 from collections import deque
-from typing import Hashable, Sequence as SequenceT
+from collections.abc import Hashable
+from collections.abc import Sequence as SequenceT
 
 from mini_vllm.engine.block_manager import BlockManager
 from mini_vllm.engine.scheduler_config import SchedulerConfig

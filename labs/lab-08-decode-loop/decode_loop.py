@@ -16,8 +16,8 @@ Run: pytest labs/lab-08-decode-loop
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import torch
 

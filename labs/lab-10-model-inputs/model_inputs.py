@@ -30,7 +30,7 @@ Read only these: the live request (`row.seq`) moves on once the step is applied.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, replace  # noqa: F401  (replace: for pad_inputs)
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class ModelInputs:
         raise NotImplementedError("TODO: a running sum of query_lens, starting at 0")
 
 
-def prepare_inputs(output: "SchedulerOutput") -> ModelInputs:
+def prepare_inputs(output: SchedulerOutput) -> ModelInputs:
     """Flatten the scheduled rows, in row order, into one forward's inputs.
 
     Per token (all rows end to end):

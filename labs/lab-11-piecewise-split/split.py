@@ -26,8 +26,8 @@ it needs. It creates no child for a number that no node got.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.fx

@@ -10,8 +10,8 @@ Run: pytest labs/lab-12-capture-ladder
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from mini_vllm.config.capture_sizes import padded_size  # noqa: F401  (Phase 05's rung lookup: use it)
 from mini_vllm.config.compilation import CUDAGraphMode
@@ -60,16 +60,14 @@ def powers_of_two_ladder(num_graphs: int) -> list[int]:
     return [2**i for i in range(num_graphs)]
 
 
-def _histogram(trace: "Mapping[int, int] | Iterable[int]") -> Counter:
+def _histogram(trace: Mapping[int, int] | Iterable[int]) -> Counter:
     """Given: {batch size: steps} from a list of sizes or a mapping."""
     if isinstance(trace, Mapping):
         return Counter({int(k): int(v) for k, v in trace.items() if v > 0})
     return Counter(int(b) for b in trace)
 
 
-def evaluate_ladder(
-    trace: "Mapping[int, int] | Iterable[int]", ladder: Iterable[int]
-) -> LadderScore:
+def evaluate_ladder(trace: Mapping[int, int] | Iterable[int], ladder: Iterable[int]) -> LadderScore:
     """Score `ladder` (any order, maybe with duplicates) on a trace.
 
     For each step: `padded_size(size, rungs)` is its rung, or None above the ladder.
@@ -83,7 +81,7 @@ def evaluate_ladder(
 def score_with_engine(
     trace: Iterable[int],
     ladder: Iterable[int],
-    cudagraph_mode: "CUDAGraphMode | str" = CUDAGraphMode.FULL_AND_PIECEWISE,
+    cudagraph_mode: CUDAGraphMode | str = CUDAGraphMode.FULL_AND_PIECEWISE,
     max_num_seqs: int | None = None,
 ) -> EngineStats:
     """Replay a decode trace through the engine's own dispatcher and statistics.
@@ -100,7 +98,7 @@ def score_with_engine(
 
 
 def choose_ladder(
-    trace: "Mapping[int, int] | Iterable[int]",
+    trace: Mapping[int, int] | Iterable[int],
     max_graphs: int,
     min_hit_rate: float = DEFAULT_MIN_HIT_RATE,
     max_capture_size: int | None = None,

@@ -45,11 +45,11 @@ class ContiguousAttentionMetadata:
         return self.start_pos + self.num_new_tokens
 
     @classmethod
-    def prefill(cls, batch_size: int, prompt_len: int) -> "ContiguousAttentionMetadata":
+    def prefill(cls, batch_size: int, prompt_len: int) -> ContiguousAttentionMetadata:
         return cls(batch_size, 0, prompt_len)
 
     @classmethod
-    def decode(cls, batch_size: int, start_pos: int) -> "ContiguousAttentionMetadata":
+    def decode(cls, batch_size: int, start_pos: int) -> ContiguousAttentionMetadata:
         return cls(batch_size, start_pos, 1)
 
 

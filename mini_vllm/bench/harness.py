@@ -16,7 +16,7 @@ fields); `count_kernels` and `kernel_table` read a step's GPU kernels off the pr
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -13,10 +13,10 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import date
 from pathlib import Path
-from typing import Iterable
 
 import torch
 

@@ -27,9 +27,9 @@ import math
 import random
 import time
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from mini_vllm.config.capture_sizes import padding_waste
 from mini_vllm.config.compilation import CUDAGraphMode
@@ -77,7 +77,7 @@ def trace_from_stats(stats: EngineStats) -> list[int]:
 # ANCHOR_END: trace_from_stats
 
 
-def _histogram(trace: "Mapping[int, int] | Iterable[int]") -> Counter:
+def _histogram(trace: Mapping[int, int] | Iterable[int]) -> Counter:
     counts = (
         Counter({int(k): int(v) for k, v in trace.items()})
         if isinstance(trace, Mapping)
@@ -129,9 +129,7 @@ def _check_ladder(ladder: Iterable[int]) -> tuple[int, ...]:
 
 
 # ANCHOR: evaluate_ladder
-def evaluate_ladder(
-    trace: "Mapping[int, int] | Iterable[int]", ladder: Iterable[int]
-) -> LadderScore:
+def evaluate_ladder(trace: Mapping[int, int] | Iterable[int], ladder: Iterable[int]) -> LadderScore:
     """Score a ladder on a trace (a list of batch sizes, or {size: steps})."""
     rungs = _check_ladder(ladder)
     report = padding_waste(_histogram(trace), list(rungs))  # Phase 05's rung lookup, reused
@@ -151,7 +149,7 @@ def evaluate_ladder(
 def score_with_engine(
     trace: Iterable[int],
     ladder: Iterable[int],
-    cudagraph_mode: "CUDAGraphMode | str" = CUDAGraphMode.FULL_AND_PIECEWISE,
+    cudagraph_mode: CUDAGraphMode | str = CUDAGraphMode.FULL_AND_PIECEWISE,
     max_num_seqs: int | None = None,
 ) -> EngineStats:
     """Replay a decode trace through the engine's own dispatcher and statistics.
@@ -200,7 +198,7 @@ def powers_of_two_ladder(num_graphs: int) -> list[int]:
 
 # ANCHOR: choose_ladder
 def choose_ladder(
-    trace: "Mapping[int, int] | Iterable[int]",
+    trace: Mapping[int, int] | Iterable[int],
     max_graphs: int,
     min_hit_rate: float = DEFAULT_MIN_HIT_RATE,
     max_capture_size: int | None = None,
@@ -280,7 +278,7 @@ def choose_ladder(
 
 
 def tradeoff(
-    trace: "Mapping[int, int] | Iterable[int]",
+    trace: Mapping[int, int] | Iterable[int],
     graph_counts: Iterable[int],
     min_hit_rate: float = DEFAULT_MIN_HIT_RATE,
 ) -> list[LadderScore]:
@@ -403,7 +401,7 @@ def record_trace(
 
 
 def save_trace(
-    run: RecordedRun, path: "str | Path", meta: Mapping[str, object] | None = None
+    run: RecordedRun, path: str | Path, meta: Mapping[str, object] | None = None
 ) -> Path:
     """Write a run as JSON: decode batch sizes, per-step records, TTFT and ITL in ms."""
     path = Path(path)
@@ -422,7 +420,7 @@ def save_trace(
     return path
 
 
-def load_trace(path: "str | Path") -> dict[str, object]:
+def load_trace(path: str | Path) -> dict[str, object]:
     """A saved run: `decode_batch_sizes`, `steps` ([tokens, prefill tokens, uniform, ms]),
     `ttft_ms`, `itl_ms`, and how it was made."""
     return json.loads(Path(path).read_text(encoding="utf-8"))

@@ -22,8 +22,9 @@ exists so the CUDA-graph model runner runs, and is tested, where there is no GPU
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -69,7 +70,7 @@ def _replay_mode(func: torch._ops.OpOverload) -> str:
 
 
 class _RecordingMode(TorchDispatchMode):
-    def __init__(self, graph: "CPUGraph") -> None:
+    def __init__(self, graph: CPUGraph) -> None:
         super().__init__()
         self.graph = graph
 

@@ -19,8 +19,9 @@ It works with `torch.cuda.CUDAGraph` on a GPU and with the CPU recording graph
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 from unittest import mock
 
 import torch

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -175,7 +175,7 @@ class TorchCompileWrapper:
         mode: CompilationMode,
         backend: Callable | None = None,
         stats: CompileStats | None = None,
-    ) -> "TorchCompileWrapper":
+    ) -> TorchCompileWrapper:
         """Compile `model` under `mode`: from now on calling the model runs the compiled code."""
         use_attention_op(model)
         wrapper = cls(model, mode, backend, stats)

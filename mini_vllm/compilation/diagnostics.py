@@ -10,8 +10,9 @@ in tests to prove that nothing recompiles across batch sizes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

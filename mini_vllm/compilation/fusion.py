@@ -37,13 +37,13 @@ these passes. Together: four kernels fewer per Llama layer at batch 1.
 from __future__ import annotations
 
 import operator
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.fx
 
-import mini_vllm.compilation.attention_op  # noqa: F401  (registers the attention ops)
-import mini_vllm.layers.fused_linear  # noqa: F401  (registers the fused ops)
+import mini_vllm.compilation.attention_op
+import mini_vllm.layers.fused_linear
 import mini_vllm.layers.rotary_embedding  # noqa: F401
 
 __all__ = [

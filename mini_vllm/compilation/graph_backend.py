@@ -11,7 +11,8 @@ call, and the wrapper only asks it to capture one.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -38,7 +39,7 @@ class GraphBackend:
         """A memory pool every graph of the engine captures into (one per engine)."""
         return None
 
-    def warmup_context(self) -> "contextlib.AbstractContextManager":
+    def warmup_context(self) -> contextlib.AbstractContextManager:
         """Where the eager warm-up before a capture runs."""
         return contextlib.nullcontext()
 

@@ -25,8 +25,9 @@ cache, so a 30-layer model compiles little more than three distinct pieces.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx

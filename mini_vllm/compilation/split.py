@@ -15,8 +15,8 @@ attention is the `mini_vllm::attention` custom op. The split is the same code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.fx

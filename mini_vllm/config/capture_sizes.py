@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from mini_vllm.errors import UserError
 
@@ -100,7 +100,7 @@ class PaddingReport:
         return self.graph_steps / steps if steps else 0.0
 
 
-def _as_histogram(batch_sizes: "Mapping[int, int] | Iterable[int]") -> Counter:
+def _as_histogram(batch_sizes: Mapping[int, int] | Iterable[int]) -> Counter:
     if isinstance(batch_sizes, Mapping):
         return Counter({int(k): int(v) for k, v in batch_sizes.items()})
     return Counter(int(b) for b in batch_sizes)
@@ -108,7 +108,7 @@ def _as_histogram(batch_sizes: "Mapping[int, int] | Iterable[int]") -> Counter:
 
 # ANCHOR: padding_waste
 def padding_waste(
-    batch_sizes: "Mapping[int, int] | Iterable[int]", capture_sizes: list[int]
+    batch_sizes: Mapping[int, int] | Iterable[int], capture_sizes: list[int]
 ) -> PaddingReport:
     """Replay a batch-size trace (a list of sizes, or {size: count}) against a ladder."""
     real = padding = hits = misses = 0
@@ -139,7 +139,7 @@ class LadderCost:
 
 
 def ladder_cost(
-    batch_sizes: "Mapping[int, int] | Iterable[int]",
+    batch_sizes: Mapping[int, int] | Iterable[int],
     capture_sizes: list[int],
     capture_seconds_per_graph: float,
     memory_mib_per_graph: float,

@@ -16,7 +16,7 @@ from mini_vllm.errors import UserError
 __all__ = ["AttentionCGSupport", "CUDAGraphMode", "CompilationMode", "resolve_cudagraph_mode"]
 
 
-def _parse_member(enum_cls: type[enum.Enum], name: "str | enum.Enum | int"):
+def _parse_member(enum_cls: type[enum.Enum], name: str | enum.Enum | int):
     """Look a member up by name (any case, '-' or '_') or value, or say what is allowed."""
     if isinstance(name, enum_cls):
         return name
@@ -51,13 +51,13 @@ class CUDAGraphMode(enum.Enum):
         """True when decode and mixed batches get different modes."""
         return isinstance(self.value, tuple)
 
-    def decode_mode(self) -> "CUDAGraphMode":
+    def decode_mode(self) -> CUDAGraphMode:
         return CUDAGraphMode(self.value[0]) if self.separate_routine() else self
 
-    def mixed_mode(self) -> "CUDAGraphMode":
+    def mixed_mode(self) -> CUDAGraphMode:
         return CUDAGraphMode(self.value[1]) if self.separate_routine() else self
 
-    def has_mode(self, mode: "CUDAGraphMode") -> bool:
+    def has_mode(self, mode: CUDAGraphMode) -> bool:
         if mode.separate_routine():
             raise ValueError(f"has_mode() takes a single mode, not the pair {mode.name}")
         if self.separate_routine():
@@ -67,7 +67,7 @@ class CUDAGraphMode(enum.Enum):
     def requires_piecewise_compilation(self) -> bool:
         return self.has_mode(CUDAGraphMode.PIECEWISE)
 
-    def max_cudagraph_mode(self) -> "CUDAGraphMode":
+    def max_cudagraph_mode(self) -> CUDAGraphMode:
         return CUDAGraphMode(max(self.value)) if self.separate_routine() else self
 
     def has_full_cudagraphs(self) -> bool:
@@ -78,7 +78,7 @@ class CUDAGraphMode(enum.Enum):
         return self in (CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL)
 
     @classmethod
-    def from_name(cls, name: "str | CUDAGraphMode") -> "CUDAGraphMode":
+    def from_name(cls, name: str | CUDAGraphMode) -> CUDAGraphMode:
         return _parse_member(cls, name)
 
 
@@ -95,7 +95,7 @@ class CompilationMode(enum.IntEnum):
     VLLM_COMPILE = 3  # one trace, split at attention, Inductor per piece, graphs per piece
 
     @classmethod
-    def from_name(cls, name: "str | int | CompilationMode") -> "CompilationMode":
+    def from_name(cls, name: str | int | CompilationMode) -> CompilationMode:
         return _parse_member(cls, name)
 
 
@@ -117,7 +117,7 @@ class AttentionCGSupport(enum.IntEnum):
 
 # ANCHOR: resolve_cudagraph_mode
 def resolve_cudagraph_mode(
-    mode: "CUDAGraphMode | str",
+    mode: CUDAGraphMode | str,
     attn_support: AttentionCGSupport,
     attention_is_split: bool,
     uniform_decode_query_len: int = 1,

@@ -41,8 +41,9 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import OrderedDict
-from typing import Hashable, Protocol
-from typing import Sequence as SequenceT
+from collections.abc import Hashable
+from collections.abc import Sequence as SequenceT
+from typing import Protocol
 
 from mini_vllm.errors import UserError
 

@@ -19,7 +19,7 @@ class CudagraphDispatcher:
     # ANCHOR: init_keys
     def __init__(
         self,
-        mode: "CUDAGraphMode | str",
+        mode: CUDAGraphMode | str,
         capture_sizes: list[int],
         max_num_seqs: int,
         uniform_decode_query_len: int = 1,

@@ -77,7 +77,7 @@ class EngineConfig:
             )
 
     @classmethod
-    def from_kwargs(cls, **kwargs: object) -> "EngineConfig":
+    def from_kwargs(cls, **kwargs: object) -> EngineConfig:
         """Build from keyword arguments, refusing unknown ones with the list of known ones."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(kwargs) - known)

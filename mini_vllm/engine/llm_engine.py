@@ -9,7 +9,7 @@ scheduler and the workers in separate processes and overlaps them.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 

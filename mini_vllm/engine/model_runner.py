@@ -24,8 +24,8 @@ import logging
 import math
 import time
 import weakref
+from collections.abc import Sequence as SequenceT
 from dataclasses import dataclass
-from typing import Sequence as SequenceT
 
 import torch
 
@@ -296,7 +296,7 @@ class ModelRunner:
     @torch.inference_mode()
     def execute_model(
         self, output: SchedulerOutput, non_blocking: bool = False
-    ) -> "list[int | None] | SampledTokens":
+    ) -> list[int | None] | SampledTokens:
         """Run one step; return the sampled token of each row (None: the row samples nothing).
 
         `non_blocking` (async scheduling): return at once with a `SampledTokens` handle
@@ -347,9 +347,7 @@ class ModelRunner:
     # ANCHOR_END: execute_model
 
     # ANCHOR: copy_out
-    def _copy_out(
-        self, sampled_ids: torch.Tensor, rows: list[int], num_rows: int
-    ) -> "SampledTokens":
+    def _copy_out(self, sampled_ids: torch.Tensor, rows: list[int], num_rows: int) -> SampledTokens:
         """Start the copy of the sampled ids to the host; an event marks its end."""
         host = self._sampled_host[self._sampled_host_index][: len(rows)]
         event = self._sampled_events[self._sampled_host_index]

@@ -42,8 +42,8 @@ freeing their blocks. Every `schedule()` must be followed by its `update_from_ou
 from __future__ import annotations
 
 from collections import deque
-from typing import Hashable, Iterable
-from typing import Sequence as SequenceT
+from collections.abc import Hashable, Iterable
+from collections.abc import Sequence as SequenceT
 
 from mini_vllm.engine.block_manager import BlockManager
 from mini_vllm.engine.scheduler_config import SchedulerConfig
@@ -67,7 +67,7 @@ class Scheduler:
         self,
         config: SchedulerConfig,
         block_manager: BlockManager,
-        eos_token_id: "int | Iterable[int] | None" = None,
+        eos_token_id: int | Iterable[int] | None = None,
     ) -> None:
         self.config = config
         self.block_manager = block_manager

@@ -23,8 +23,8 @@ Padded rows (to reach a captured graph size) get slot PAD_SLOT_ID (-1) and conte
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Hashable
 
 from mini_vllm.engine.sequence import Sequence
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 import operator
-from typing import Collection, Hashable, Iterable
+from collections.abc import Collection, Hashable, Iterable
 
 from mini_vllm.errors import UserError
 from mini_vllm.sampling_params import SamplingParams

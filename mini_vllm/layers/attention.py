@@ -147,7 +147,7 @@ def static_forward_context(model: nn.Module) -> dict[str, Attention]:
 
 # ANCHOR: bind_kv_caches
 def bind_kv_caches(
-    model: nn.Module, backend: "AttentionBackend | None", kv_caches: "list[torch.Tensor] | None"
+    model: nn.Module, backend: AttentionBackend | None, kv_caches: list[torch.Tensor] | None
 ) -> None:
     """Give every Attention layer its backend and its own cache tensor, layer by layer.
 

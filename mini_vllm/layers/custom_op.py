@@ -25,7 +25,8 @@ A layer subclasses `CustomOp`, writes `forward_native`, and overrides only what 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.fx._symbolic_trace as _fx_trace

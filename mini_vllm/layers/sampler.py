@@ -14,7 +14,7 @@ elementwise op and an argmax (vLLM's `random_sample` does the same).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn

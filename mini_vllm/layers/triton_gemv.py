@@ -238,7 +238,7 @@ _PLAIN, _RMS_NORM, _ADD_RMS_NORM, _SILU_AND_MUL = 0, 1, 2, 3
 # Programmatic dependent launch (CUDA 12, Hopper on): a kernel launched with it may start
 # before the one ahead of it in the stream has finished, up to its `gdc_wait`. Kept
 # switchable (MINI_VLLM_PDL=0) so that its effect can be measured; read once per device.
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pdl_supported(device: torch.device) -> bool:
     return (
         envs.MINI_VLLM_PDL

@@ -103,7 +103,7 @@ class LlamaConfig:
 
     # ANCHOR: config_from_hf
     @classmethod
-    def from_hf_dict(cls, hf: dict[str, Any], name: str = "custom") -> "LlamaConfig":
+    def from_hf_dict(cls, hf: dict[str, Any], name: str = "custom") -> LlamaConfig:
         """Read a Hugging Face `config.json` of a Llama checkpoint.
 
         Handles both spellings of the RoPE settings: transformers 4.x (`rope_theta`,

@@ -20,7 +20,7 @@ vLLM's conventions, kept on purpose:
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch import nn

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence, Union
 
 import numpy as np
 
@@ -93,7 +93,7 @@ class Branch:
 # ANCHOR_END: op
 
 
-ModelOp = Union[Op, Branch]
+ModelOp = Op | Branch
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class Node:
 class CapturedGraph:
     """The recording of one capture (torch.cuda.CUDAGraph): kernels and their buffers."""
 
-    def __init__(self, device: "SimDevice") -> None:
+    def __init__(self, device: SimDevice) -> None:
         self.device = device
         self.nodes: list[Node] = []
 
@@ -279,7 +279,7 @@ class GraphEntry:
 
 
 def _check_array(
-    x: np.ndarray, expected: "np.dtype | None", shapes: "list[tuple[int, ...]] | None" = None
+    x: np.ndarray, expected: np.dtype | None, shapes: list[tuple[int, ...]] | None = None
 ) -> None:
     if not isinstance(x, np.ndarray):
         raise TypeError(f"input must be a numpy array, got {type(x).__name__}")
@@ -316,7 +316,7 @@ class GraphRunner:
         ops: Sequence[ModelOp],
         device: SimDevice | None = None,
         *,
-        dtype: "np.dtype | type | str | None" = np.float32,
+        dtype: np.dtype | type | str | None = np.float32,
         fallback_to_eager: bool = False,
     ) -> None:
         self.ops = _check_ops(ops)
@@ -426,7 +426,7 @@ class PiecewiseGraphRunner:
         device: SimDevice | None = None,
         *,
         is_splitting_op: Callable[[ModelOp], bool] = _not_capturable,
-        dtype: "np.dtype | type | str | None" = np.float32,
+        dtype: np.dtype | type | str | None = np.float32,
         fallback_to_eager: bool = False,
     ) -> None:
         self.ops = _check_ops(ops)

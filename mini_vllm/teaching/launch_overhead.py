@@ -17,8 +17,8 @@ next to each preset below.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
 
 __all__ = [
     "CROSSOVER_THRESHOLD",
@@ -127,7 +127,7 @@ class StepResult:
         return self.eager_us / self.graph_us
 
 
-def _as_preset(preset: "Preset | str") -> Preset:
+def _as_preset(preset: Preset | str) -> Preset:
     return get_preset(preset) if isinstance(preset, str) else preset
 
 
@@ -191,7 +191,7 @@ def _launches(spans: Iterable[Span]) -> int:
     return sum(1 for s in spans if s.lane == CPU)
 
 
-def simulate_step(preset: "Preset | str", batch: int) -> StepResult:
+def simulate_step(preset: Preset | str, batch: int) -> StepResult:
     """Eager and graph step time of one decode step at this batch size."""
     preset = _as_preset(preset)
     eager = eager_timeline(preset.kernels, batch, preset.hardware)
@@ -201,7 +201,7 @@ def simulate_step(preset: "Preset | str", batch: int) -> StepResult:
     )
 
 
-def sweep(preset: "Preset | str", batch_sizes: Iterable[int]) -> list[StepResult]:
+def sweep(preset: Preset | str, batch_sizes: Iterable[int]) -> list[StepResult]:
     """`simulate_step` at each batch size: the data of a speedup-vs-batch curve."""
     preset = _as_preset(preset)
     return [simulate_step(preset, b) for b in batch_sizes]
@@ -209,7 +209,7 @@ def sweep(preset: "Preset | str", batch_sizes: Iterable[int]) -> list[StepResult
 
 # ANCHOR: crossover
 def crossover_batch(
-    preset: "Preset | str", threshold: float = CROSSOVER_THRESHOLD, max_batch: int = 4096
+    preset: Preset | str, threshold: float = CROSSOVER_THRESHOLD, max_batch: int = 4096
 ) -> int | None:
     """The smallest batch size whose graph speedup is below `threshold`, or None if
     graphs still pay at `max_batch`.
@@ -241,7 +241,7 @@ def crossover_batch(
 
 # ANCHOR: render_ascii
 def render_ascii(
-    preset: "Preset | str", batch: int = 1, num_kernels: int = 8, width: int = 72
+    preset: Preset | str, batch: int = 1, num_kernels: int = 8, width: int = 72
 ) -> str:
     """The two lanes of the first `num_kernels` kernels, eager above graph, on one time scale.
 
@@ -461,7 +461,7 @@ def get_preset(name: str) -> Preset:
 
 # ANCHOR: refit
 def refit_preset(
-    preset: "Preset | str",
+    preset: Preset | str,
     *,
     eager_ms: float,
     num_kernels: int,

@@ -25,8 +25,8 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from mini_vllm import envs
 

@@ -10,8 +10,8 @@ The safetensors reader here also reads the cache's snapshots (weights/snapshot.p
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import torch
 

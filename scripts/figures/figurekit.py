@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import matplotlib
 import matplotlib.style
@@ -51,7 +51,7 @@ def styled(build: Callable[..., Figure]) -> Callable[..., Figure]:
     return wrapper
 
 
-def save_figure(fig: Figure, path: "str | Path") -> Path:
+def save_figure(fig: Figure, path: str | Path) -> Path:
     """Write `fig` as a PNG at the book's resolution, without a version stamp."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -63,7 +63,7 @@ def save_figure(fig: Figure, path: "str | Path") -> Path:
 def draw(
     figures: Mapping[str, Callable[[], Figure]],
     description: str,
-    argv: "Sequence[str] | None" = None,
+    argv: Sequence[str] | None = None,
 ) -> int:
     """The command line of a figure script: draw every figure (or `--only` some) into `--out-dir`."""
     parser = argparse.ArgumentParser(description=description)

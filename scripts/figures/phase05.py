@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import matplotlib
 import matplotlib.style
@@ -738,7 +738,7 @@ def full_vs_piecewise_figure(num_layers: int = 3) -> Figure:
 
 
 @styled
-def padding_waste_figure(trace: "Sequence[int] | None" = None) -> Figure:
+def padding_waste_figure(trace: Sequence[int] | None = None) -> Figure:
     """Padding waste and graph hit rate of a batch-size trace on several ladders, against
     the number of graphs each ladder captures."""
     trace = synthetic_batch_trace() if trace is None else list(trace)
@@ -864,7 +864,7 @@ _H100_MODES = {
 }
 
 
-def parse_markdown_table(path: "str | Path") -> list[dict[str, str]]:
+def parse_markdown_table(path: str | Path) -> list[dict[str, str]]:
     """The first pipe table of a markdown file, as one dict per row keyed by the header."""
     lines = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]
     start = next(i for i, line in enumerate(lines) if line.startswith("|"))
@@ -878,7 +878,7 @@ def parse_markdown_table(path: "str | Path") -> list[dict[str, str]]:
 
 
 @styled
-def h100_decode_figure(path: "str | Path" = H100_RESULTS) -> Figure:
+def h100_decode_figure(path: str | Path = H100_RESULTS) -> Figure:
     """Measured decode step time per mode and batch size on one H100 (SmolLM2-135M shape,
     bf16), read from the committed benchmark result, with kernels per step per mode and
     transformers' eager generate as the baseline."""
@@ -961,7 +961,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
 }
 
 
-def main(argv: "Sequence[str] | None" = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     return _draw(FIGURES, __doc__.splitlines()[0], argv)
 
 

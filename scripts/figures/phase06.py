@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections import Counter
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from figurekit import ROOT, styled  # also puts the checkout on sys.path
@@ -207,7 +207,7 @@ def ttft_vs_itl_figure() -> Figure:
         density=True,
         label=f"TTFT ({len(ttft)} requests)",
     )
-    for values, color, name in ((itl, _CHOSEN_COLOR, "ITL"), (ttft, _PREFILL_COLOR, "TTFT")):
+    for values, color in ((itl, _CHOSEN_COLOR), (ttft, _PREFILL_COLOR)):
         p50, p99 = np.percentile(values, [50, 99])
         left.axvline(p50, color=color, lw=1.2)
         left.axvline(p99, color=color, lw=1.2, ls="--")
@@ -250,7 +250,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
 }
 
 
-def main(argv: "Sequence[str] | None" = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     return _draw(FIGURES, __doc__.splitlines()[0], argv)
 
 

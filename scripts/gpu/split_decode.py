@@ -12,6 +12,7 @@ mini_vllm/attention/triton_decode.py.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 from gpukit import run_script
@@ -42,13 +43,11 @@ def measure(args, report) -> None:
                 v = torch.randn_like(k)
                 out = torch.empty_like(q)
                 split = decode_num_splits(reqs, kv_heads)  # the slices without the context rule
+                attend = functools.partial(
+                    triton_paged_decode, q, k, v, cache, tables, lens, slots, None, out
+                )
                 times = {
-                    s: bench(
-                        lambda s=s: triton_paged_decode(
-                            q, k, v, cache, tables, lens, slots, None, out, num_splits=s
-                        )
-                    )
-                    * 1000
+                    s: bench(functools.partial(attend, num_splits=s)) * 1000
                     for s in sorted({1, split})
                 }
                 if crossover is None and split > 1 and times[split] < times[1]:

@@ -1,6 +1,7 @@
 """Lab 02 — the two-lane launch timeline, the crossover batch size, and the presets (COURSE_SPEC §5)."""
 
 import pytest
+
 from labkit import implementation
 
 impl = implementation(

@@ -1,6 +1,7 @@
 """Lab 03 — routing batches to FULL / PIECEWISE / NONE graphs (COURSE_SPEC §4)."""
 
 import pytest
+
 from labkit import implementation
 
 impl = implementation(

@@ -1,6 +1,7 @@
 """Lab 03 — CUDAGraphMode's methods and the downgrade rule (COURSE_SPEC §4)."""
 
 import pytest
+
 from labkit import implementation
 
 impl = implementation(__file__, starter="config.py", reference="mini_vllm.config.compilation")

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from labkit import implementation
 
 impl = implementation(__file__, starter="piecewise.py", reference="mini_vllm.cudagraph")

@@ -1,6 +1,7 @@
 """Lab 04 — eager vs CUDA graphs on a real model shape: the recorded run (CPU-OK) and a live one (GPU-REQ)."""
 
 import pytest
+
 from labkit import implementation
 
 impl = implementation(__file__, starter="graph_vs_eager.py", reference="mini_vllm.bench.itl")

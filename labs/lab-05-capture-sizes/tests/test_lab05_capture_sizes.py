@@ -1,6 +1,7 @@
 """Lab 05 — the capture-size ladder: rungs, the default ladder, padding waste, the trade."""
 
 import pytest
+
 from labkit import implementation
 
 impl = implementation(

@@ -4,8 +4,8 @@ import random
 from collections import Counter
 
 import pytest
-from labkit import implementation
 
+from labkit import implementation
 from mini_vllm.engine.sequence import Sequence
 
 impl = implementation(

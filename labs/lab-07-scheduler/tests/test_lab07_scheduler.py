@@ -8,8 +8,8 @@ scheduler batched, chunked or preempted it.
 """
 
 import pytest
-from labkit import implementation
 
+from labkit import implementation
 from mini_vllm.engine.block_manager import BlockManager, slot_mapping, slot_of
 from mini_vllm.engine.sequence import FinishReason, Sequence, SequenceStatus
 from mini_vllm.sampling_params import SamplingParams

@@ -14,9 +14,9 @@ import time
 
 import pytest
 import torch
-from labkit import implementation
 from torch import nn
 
+from labkit import implementation
 from mini_vllm.attention.contiguous import (
     ContiguousAttentionBackend,
     ContiguousAttentionMetadata,

@@ -12,8 +12,8 @@ import math
 
 import pytest
 import torch
-from labkit import implementation
 
+from labkit import implementation
 from mini_vllm.attention.contiguous import ContiguousAttentionBackend as ReferenceBackend
 from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.forward_context import set_forward_context

@@ -7,10 +7,9 @@ expected slots are computed in this file from each row's block table, independen
 of your code.
 """
 
-from labkit import implementation
-
 import pytest
 
+from labkit import implementation
 from mini_vllm.engine.block_manager import BlockManager
 from mini_vllm.engine.scheduler import Scheduler, SchedulerConfig
 from mini_vllm.engine.sequence import Sequence
@@ -340,7 +339,7 @@ class FakeModel:
         contexts, row_of_token = [], {}
         for r, (seq_len, table) in enumerate(zip(inputs.seq_lens, inputs.block_tables)):
             contexts.append([self.kv[slot(table, p)] for p in range(seq_len)])
-            row_of_token.update({j: r for j in range(starts[r], starts[r + 1])})
+            row_of_token.update(dict.fromkeys(range(starts[r], starts[r + 1]), r))
         sampled = [
             next_token(contexts[row_of_token[j]][: inputs.positions[j] + 1])
             for j in inputs.logits_indices

@@ -12,13 +12,12 @@ does not show up as a failure of a later one. The last tests put your three func
 together.
 """
 
-from labkit import implementation
-
 import pytest
 import torch
 import torch.fx
 
 import mini_vllm.compilation.attention_op  # noqa: F401  (registers torch.ops.mini_vllm.attention)
+from labkit import implementation
 from mini_vllm.attention.paged import (
     PagedAttentionBackend,
     PagedAttentionMetadata,

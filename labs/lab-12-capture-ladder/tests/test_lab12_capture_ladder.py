@@ -4,8 +4,8 @@ import itertools
 import json
 
 import pytest
-from labkit import implementation, lab_dir_of
 
+from labkit import implementation, lab_dir_of
 from mini_vllm.engine.stats import EngineStats, StepRecord
 
 impl = implementation(__file__, starter="ladder.py", reference="mini_vllm.bench.ladder")
@@ -172,8 +172,8 @@ def test_empty_trace_is_an_error():
 
 
 def test_the_real_engine_replays_the_chosen_ladder_at_92_percent():
-    from mini_vllm.llm import LLM
     from mini_vllm.bench.ladder import make_workload, run_workload
+    from mini_vllm.llm import LLM
 
     ladder = impl.choose_ladder(TRACE, 6)
     llm = LLM(
