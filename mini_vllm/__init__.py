@@ -32,7 +32,8 @@ The teaching models (one idea alone; the engine never imports them)
 
 The tools
     bench/            benchmarks and the capture-ladder chooser (vllm/benchmarks/)
-    cli/              `python -m mini_vllm generate | simulate | bench | doctor` (vllm/entrypoints/cli/)
+    cli/              `python -m mini_vllm generate | simulate | bench | doctor`
+                      (vllm/entrypoints/cli/)
 
 The package root stays light: `LLM` (which imports torch) is loaded on first use.
 """

@@ -1,4 +1,5 @@
-"""What the current forward is: its batch descriptor, graph runtime mode, attention metadata and layers.
+"""What the current forward is: its batch descriptor,
+graph runtime mode, attention metadata and layers.
 
 vLLM counterpart: vllm/forward_context.py (`BatchDescriptor`, `ForwardContext`,
 `set_forward_context`, `get_forward_context`). The model runner sets the context
@@ -52,8 +53,8 @@ _current: ForwardContext | None = None
 def get_forward_context() -> ForwardContext:
     if _current is None:
         raise RuntimeError(
-            "no forward context is set: run the model through the model runner "
-            "(or inside `with set_forward_context(...)`)"
+            "no forward context is set: run the model through the "
+            "model runner (or inside `with set_forward_context(...)`)"
         )
     return _current
 

@@ -6,7 +6,8 @@ done, and returns the outputs in prompt order). nano-vllm: nanovllm/llm.py.
 
     from mini_vllm import LLM, SamplingParams
     llm = LLM(model="smollm2-135m-instruct", max_num_seqs=8)
-    outputs = llm.generate(["The capital of France is"], SamplingParams(temperature=0, max_tokens=16))
+    outputs = llm.generate(["The capital of France
+    is"], SamplingParams(temperature=0, max_tokens=16))
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ class LLM:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise UserError(
-                    f"model {self.config.model!r} has no tokenizer: pass prompts as lists of token ids"
+                    f"model {self.config.model!r} has no "
+                    "tokenizer: pass prompts as lists of token ids"
                 )
             return prompt, self.tokenizer.encode(prompt)
         return None, [int(t) for t in prompt]

@@ -3,14 +3,16 @@
 
     python3 scripts/bootstrap.py demo    # install what is missing, then generate text
     python3 scripts/bootstrap.py test    # install what is missing, then run every test
-    python3 scripts/bootstrap.py lint    # install what is missing, then check style (ruff; CI runs it first)
+    python3 scripts/bootstrap.py lint # install what is
+    missing, then check style (ruff; CI runs it first)
 
 Only a Python >= 3.10 is assumed. Everything goes into `.venv/` at the repository
 root. When the Python running this script already has a PyTorch >= 2.4 (a GPU box,
 say), the venv is made to see the system's packages so that PyTorch is kept;
-otherwise the venv is isolated and gets the CPU build torch==2.13.0. A stamp file records what was installed, so a second run installs
-nothing and starts at once. Extra arguments after `demo`/`test` are passed on.
-"""
+otherwise the venv is isolated and gets the CPU build torch==2.13.0. A stamp file records what was
+installed, so a second run installs
+nothing and starts at once. Extra arguments
+after `demo`/`test` are passed on."""
 
 from __future__ import annotations
 
@@ -50,8 +52,8 @@ def run(cmd: list[str]) -> None:
 
 def torch_is_usable(python: Path) -> bool:
     probe = (
-        "import torch, sys; v = tuple(int(x) for x in torch.__version__.split('+')[0].split('.')[:2]);"
-        f"sys.exit(0 if v >= {MIN_TORCH!r} else 1)"
+        "import torch, sys; v = tuple(int(x) for x in "
+        f"torch.__version__.split('+')[0].split('.')[:2]);sys.exit(0 if v >= {MIN_TORCH!r} else 1)"
     )
     return subprocess.run([str(python), "-c", probe], capture_output=True).returncode == 0
 

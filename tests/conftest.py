@@ -33,7 +33,8 @@ def smollm2():
 
 @pytest.fixture(scope="session")
 def hf_reference():
-    """(transformers LlamaForCausalLM, transformers tokenizer), both read from the same GGUF, float32.
+    """(transformers LlamaForCausalLM, transformers
+    tokenizer), both read from the same GGUF, float32.
 
     The independent reference: transformers dequantizes and un-permutes the GGUF
     with its own code (transformers/modeling_gguf_pytorch_utils.py).

@@ -1,4 +1,5 @@
-"""Every lab is listed, with its tag, on its phase's page, in labs/README.md and in the book's lab index.
+"""Every lab is listed, with its tag, on its phase's
+page, in labs/README.md and in the book's lab index.
 
 A lab's own README says which phase it belongs to and its tag on its third line:
 `**Tag: CPU-OK** · Phase 05 · ...`. That line is the source of truth here.

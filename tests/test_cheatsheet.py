@@ -47,7 +47,8 @@ def required_mentions(command: str) -> list[str]:
         options = [w for w in words[1:] if w.startswith("--")]
         return [f"pytest {t.rstrip('/')}" for t in targets[:1]] + options
     if words[0] in ("python", "python3") and words[1] == "-m":
-        # `python -m mini_vllm <subcommand>` (and `bench <kind>`) names a command; other modules are one.
+        # `python -m mini_vllm <subcommand>` (and `bench
+        # <kind>`) names a command; other modules are one.
         name_length = 3
         if words[2] == "mini_vllm" and len(words) > 3 and not words[3].startswith("-"):
             name_length = 5 if words[3] == "bench" and len(words) > 4 else 4

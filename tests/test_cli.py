@@ -1,4 +1,5 @@
-"""`python -m mini_vllm`: a user's mistake is one line and exit 2, a bug keeps its traceback; `doctor`."""
+"""`python -m mini_vllm`: a user's mistake is one line
+and exit 2, a bug keeps its traceback; `doctor`."""
 
 from __future__ import annotations
 

@@ -205,9 +205,9 @@ def test_the_model_traces_in_one_graph():
 
 def test_second_start_compiles_faster_from_the_cache(tmp_path):
     script = (
-        "from mini_vllm import LLM\n"
-        "llm = LLM('tiny', max_num_seqs=2, max_model_len=32, compilation_mode='vllm_compile', cudagraph_mode='none')\n"
-        "print('SECONDS', llm.engine.runner.compile_report.seconds)\n"
+        "from mini_vllm import LLM\nllm = LLM('tiny', max_num_seqs=2, "
+        "max_model_len=32, compilation_mode='vllm_compile', "
+        "cudagraph_mode='none')\nprint('SECONDS', llm.engine.runner.compile_report.seconds)\n"
     )
     env = dict(os.environ, MINI_VLLM_CACHE=str(tmp_path / "cache"), TORCHINDUCTOR_CACHE_DIR="")
     env.pop("TORCHINDUCTOR_CACHE_DIR")

@@ -67,7 +67,8 @@ def run_lab(lab: Path, impl: str, tmp_path: Path, starter_dir: Path | None = Non
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     if not report.exists():
         pytest.fail(
-            f"pytest wrote no report for {lab.name} ({impl}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            f"pytest wrote no report for {lab.name} "
+            f"({impl}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         )
     outcomes = []
     for case in ET.parse(report).getroot().iter("testcase"):

@@ -1,4 +1,5 @@
-"""mini_vllm/bench/ladder.py: a capture ladder chosen from a trace, scored like the engine scores it."""
+"""mini_vllm/bench/ladder.py: a capture ladder chosen
+from a trace, scored like the engine scores it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The package's layout holds: no import circle, the engine apart from the teaching models, a map that names every part.
+"""The package's layout holds: no import circle, the engine
+apart from the teaching models, a map that names every part.
 
 Imports are read from the source (ast), function-level ones included: an import moved
 into a function still makes a circle, only a later one. Imports under
@@ -14,8 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "mini_vllm"
 
-# What `LLM` runs. None of it may reach the teaching models (it would blur which code is
-# the engine) or the tools.
+# What `LLM` runs. None of it may reach the teaching models
+# (it would blur which code is the engine) or the tools.
 ENGINE_ROOTS = ["mini_vllm.llm"]
 NOT_ENGINE = ("mini_vllm.teaching", "mini_vllm.cudagraph", "mini_vllm.bench", "mini_vllm.cli")
 
@@ -33,7 +34,8 @@ def _is_type_checking_block(node: ast.AST) -> bool:
 
 
 def imported_modules(path: Path) -> set[str]:
-    """The mini_vllm modules `path` imports (a `from package import submodule` counts as the submodule)."""
+    """The mini_vllm modules `path` imports (a `from
+    package import submodule` counts as the submodule)."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:

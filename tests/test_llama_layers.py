@@ -169,7 +169,8 @@ def test_rmsnorm_formula_and_fused_residual():
 def _rope_by_complex_numbers(
     x: torch.Tensor, positions: torch.Tensor, base: float, neox: bool
 ) -> torch.Tensor:
-    """Independent reference in float64: each channel pair is a complex number times e^{i m theta}."""
+    """Independent reference in float64: each channel
+    pair is a complex number times e^{i m theta}."""
     d = x.shape[-1]
     theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     angle = positions.double()[:, None, None] * theta  # [T, 1, d/2]
@@ -222,7 +223,8 @@ def test_rope_scores_depend_only_on_position_difference():
 
 
 def _naive_attention(q, k, v, q_positions, scale):
-    """q [S, H, D], k/v [L, Hkv, D]: copy each KV head to its query heads (repeat_kv), mask, softmax."""
+    """q [S, H, D], k/v [L, Hkv, D]: copy each KV head
+    to its query heads (repeat_kv), mask, softmax."""
     group = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     scores = torch.einsum("shd,lhd->hsl", q.double(), k.double()) * scale

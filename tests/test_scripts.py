@@ -1,4 +1,5 @@
-"""Every script in scripts/ says how to run it, runs that way, and uses only mini_vllm's public names.
+"""Every script in scripts/ says how to run it, runs
+that way, and uses only mini_vllm's public names.
 
 The figure scripts are drawn for real in test_figures.py; the GPU scripts run for real in
 scripts/gpu/suite.sh on a GPU. Here, on any machine: each prints its help, and a GPU

@@ -61,7 +61,8 @@ ModelOp = Op | Branch
 
 @dataclass(frozen=True)
 class Piece:
-    """A run of ops after the split (vLLM's SplitItem): captured, or one splitting op run eagerly."""
+    """A run of ops after the split (vLLM's SplitItem):
+    captured, or one splitting op run eagerly."""
 
     ops: tuple[ModelOp, ...]
     is_splitting_op: bool

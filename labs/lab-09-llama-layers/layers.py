@@ -56,7 +56,8 @@ class RMSNorm(nn.Module):
 def rope_inverse_frequencies(
     rotary_dim: int, base: float, scaling: dict[str, Any] | None = None
 ) -> torch.Tensor:
-    """The rotation speed of each channel pair: base ** (-2i / rotary_dim) for i < rotary_dim / 2, float32.
+    """The rotation speed of each channel pair: base **
+    (-2i / rotary_dim) for i < rotary_dim / 2, float32.
 
     (`scaling`, Llama 3.1's long-context rescaling, is not part of this lab.)
     """
@@ -84,7 +85,8 @@ class RotaryEmbedding(nn.Module):
         self.scaling = scaling
 
     def tables(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Given: cos and sin of position * frequency, each `[max_position, head_dim // 2]`, float32."""
+        """Given: cos and sin of position * frequency,
+        each `[max_position, head_dim // 2]`, float32."""
         if not hasattr(self, "_tables"):
             inv_freq = rope_inverse_frequencies(self.head_dim, self.base, self.scaling)
             angles = torch.outer(torch.arange(self.max_position, dtype=torch.float32), inv_freq)
@@ -110,7 +112,8 @@ class RotaryEmbedding(nn.Module):
 
 
 class ContiguousAttentionBackend(AttentionBackend):
-    """Cache layout per layer: `[2, batch, max_len, num_kv_heads, head_dim]` (0: keys, 1: values)."""
+    """Cache layout per layer: `[2, batch, max_len,
+    num_kv_heads, head_dim]` (0: keys, 1: values)."""
 
     name = "contiguous"
     cudagraph_support = AttentionCGSupport.NEVER
@@ -126,7 +129,8 @@ class ContiguousAttentionBackend(AttentionBackend):
         kv_cache: torch.Tensor,
         metadata: ContiguousAttentionMetadata,
     ) -> torch.Tensor:
-        """q `[T, H, D]`, k and v `[T, Hkv, D]` with T = batch * num_new_tokens (sequence by sequence).
+        """q `[T, H, D]`, k and v `[T, Hkv, D]` with T =
+        batch * num_new_tokens (sequence by sequence).
 
         1. Refuse (ValueError) a step whose end (start_pos + num_new_tokens) is past the cache.
         2. Write k and v into positions [start_pos, start_pos + num_new_tokens) of every

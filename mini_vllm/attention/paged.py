@@ -180,7 +180,8 @@ class PagedAttentionBackend(AttentionBackend):
         group = num_heads // num_kv_heads
         tables = md.block_tables[:num_reqs]
         width = tables.shape[1] * block_size
-        # Gather every request's blocks: [reqs * blocks, block_size, Hkv, D] -> [reqs, Hkv, width, D].
+        # Gather every request's blocks:
+        # [reqs * blocks, block_size, Hkv, D] -> [reqs, Hkv, width, D].
         # (index_select, not kv_cache[0][tables]: advanced indexing is ~1000x slower on CPU.)
         flat_tables = tables.reshape(-1)
         keys = (

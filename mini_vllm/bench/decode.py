@@ -198,46 +198,48 @@ def format_markdown(result: DecodeBenchResult, command: str, when: date | None =
         f"- machine: {_machine_description(result.device)}; {cpu}; torch {torch.__version__}, "
         f"transformers {transformers.__version__}, {result.threads} torch threads",
         f"- command: `{command}`",
-        f"- model: `{result.model}`, {result.dtype}, batch 1, prompt {result.prompt_tokens} tokens, "
-        f"{result.new_tokens} new tokens (greedy, EOS ignored), {result.warmup} warm-up + "
-        f"{result.repeats} timed repeats alternating between the engines, median reported",
+        f"- model: `{result.model}`, {result.dtype}, batch 1, prompt {result.prompt_tokens} "
+        f"tokens, {result.new_tokens} new tokens (greedy, EOS ignored), {result.warmup} warm-up "
+        f"+ {result.repeats} timed repeats alternating between the engines, median reported",
         "- tokens/s = new tokens / whole request time (prefill included)",
         "- this shared VM's speed drifts by tens of percent with its neighbours' load; the",
         "  alternating repeats make the ratio steadier than the absolute numbers",
         "",
         "| engine | tokens/s (median) | s per request (each repeat) |",
         "|---|---|---|",
-        f"| mini_vllm decode loop{' (torch.compile)' if result.compiled else ''} | {result.ours_tokens_per_s:.1f} | "
-        f"{', '.join(f'{t:.3f}' for t in result.ours_s)} |",
+        f"| mini_vllm decode loop{' (torch.compile)' if result.compiled else ''} | "
+        f"{result.ours_tokens_per_s:.1f} | {', '.join(f'{t:.3f}' for t in result.ours_s)} |",
     ]
     if result.hf_s:
         lines.append(
-            f"| transformers `generate` ({result.threads} threads) | {result.hf_tokens_per_s:.1f} | "
-            f"{', '.join(f'{t:.3f}' for t in result.hf_s)} |"
+            f"| transformers `generate` ({result.threads} threads) | "
+            f"{result.hf_tokens_per_s:.1f} | {', '.join(f'{t:.3f}' for t in result.hf_s)} |"
         )
     if result.hf_one_thread_s:
         lines.append(
-            f"| transformers `generate`, pinned to 1 thread (control) | "
-            f"{result.hf_one_thread_tokens_per_s:.1f} | {', '.join(f'{t:.3f}' for t in result.hf_one_thread_s)} |"
+            "| transformers `generate`, pinned to 1 thread (control) "
+            f"| {result.hf_one_thread_tokens_per_s:.1f} | "
+            f"{', '.join(f'{t:.3f}' for t in result.hf_one_thread_s)} |"
         )
     if result.hf_s:
         lines += ["", f"**ratio: {result.ratio:.2f}x** (mini_vllm / transformers)"]
     if result.hf_one_thread_s:
         lines.append(
-            f"\nratio against the 1-thread control: "
+            "\nratio against the 1-thread control: "
             f"{result.ours_tokens_per_s / result.hf_one_thread_tokens_per_s:.2f}x"
         )
     if result.same_tokens is not None:
         lines.append(
-            f"\nsame generated token ids on both sides (up to the first EOS): "
-            f"{'yes' if result.same_tokens else 'no'}"
+            "\nsame generated token ids on both sides (up to the "
+            f"first EOS): {'yes' if result.same_tokens else 'no'}"
         )
     lines += [
         "",
         f"mini_vllm, last repeat: TTFT {result.ours_ttft_s * 1e3:.1f} ms, "
         f"mean inter-token latency {result.ours_mean_itl_s * 1e3:.1f} ms",
         "",
-        "What mini_vllm does differently (the same float32 weights are read per token on both sides):",
+        "What mini_vllm does differently (the same "
+        "float32 weights are read per token on both sides):",
         "- fused `qkv_proj` and `gate_up_proj`: 4 matrix-vector products per layer instead of 7;",
     ]
     if result.compiled:
@@ -252,7 +254,8 @@ def format_markdown(result: DecodeBenchResult, command: str, when: date | None =
         lines += [
             "- on CPU, every weight matrix is stored column-major, which MKL's matrix-vector",
             "  product streams faster, and each product of a decode step is split over the cores",
-            "  by its input dimension (one slice each, partial sums added: mini_vllm/layers/linear.py),",
+            "  by its input dimension (one slice each, "
+            "partial sums added: mini_vllm/layers/linear.py),",
             "  because one core cannot pull the memory bandwidth that two can;",
             "- RMSNorm as one ATen op (`F.rms_norm`) instead of six;",
         ]

@@ -155,7 +155,8 @@ def _hf_compiled_step_ms(
         start = time.perf_counter()
         ms = _hf_step_ms(hf, 1, context_len, steps, vocab, device)
         log(
-            f"transformers static cache + compile: {ms:.2f} ms/step (warm-up and compile {time.perf_counter() - start:.0f} s)"
+            f"transformers static cache + compile: {ms:.2f} ms/step "
+            f"(warm-up and compile {time.perf_counter() - start:.0f} s)"
         )
         return ms
     except Exception as exc:  # a baseline, not our code: report and go on
@@ -244,8 +245,8 @@ def _measure_mode(
             )
         results[batch] = result
         log(
-            f"batch {batch:3d} {mode:>18}: step {result.step_ms:7.3f} ms, forward {result.forward_ms:7.3f} ms, "
-            f"kernels {result.kernels}, ran as {result.runtime_mode}"
+            f"batch {batch:3d} {mode:>18}: step {result.step_ms:7.3f} ms, forward "
+            f"{result.forward_ms:7.3f} ms, kernels {result.kernels}, ran as {result.runtime_mode}"
         )
     del engine
     if device.type == "cuda":
@@ -311,8 +312,8 @@ def run_graph_decode_bench(
         if hf is not None:
             report.hf_ms[batch] = min(hf_runs[batch])
             log(
-                f"batch {batch:3d} {'transformers':>18}: step {report.hf_ms[batch]:7.3f} ms "
-                f"(before and after: {', '.join(f'{t:.3f}' for t in hf_runs[batch])})"
+                f"batch {batch:3d} {'transformers':>18}: step {report.hf_ms[batch]:7.3f} "
+                f"ms (before and after: {', '.join(f'{t:.3f}' for t in hf_runs[batch])})"
             )
         if bandwidth:
             report.floor_ms[batch] = (
@@ -344,15 +345,17 @@ def run_graph_decode_bench(
             )
             predicted = simulate_step(refit, 1).speedup
             source = (
-                f"node cost {refit.hardware.node_us:.2f} us from the eager kernels' own GPU time "
-                f"({kernel_ms:.3f} ms in all, profiler)"
+                f"node cost {refit.hardware.node_us:.2f} us from the eager "
+                f"kernels' own GPU time ({kernel_ms:.3f} ms in all, profiler)"
                 if kernel_ms is not None
                 else f"the preset's node cost {refit.hardware.node_us:.2f} us"
             )
             lines.append(
-                f"simulator preset h100-smollm2-135m refitted to this run's eager forward ({eager.forward_ms:.2f} ms, "
-                f"{eager.kernels} kernels, launch cost {refit.hardware.launch_us:.1f} us), {source}: predicts a FULL "
-                f"speed-up of {predicted:.2f}x; measured {measured:.2f}x ({(predicted / measured - 1) * 100:+.0f}%)"
+                "simulator preset h100-smollm2-135m refitted to this run's "
+                f"eager forward ({eager.forward_ms:.2f} ms, {eager.kernels} "
+                f"kernels, launch cost {refit.hardware.launch_us:.1f} us), "
+                f"{source}: predicts a FULL speed-up of {predicted:.2f}x; measured "
+                f"{measured:.2f}x ({(predicted / measured - 1) * 100:+.0f}%)"
             )
         report.refit = "\n\n".join(lines)
         log(report.refit)
@@ -366,11 +369,12 @@ def format_graph_markdown(report: GraphDecodeReport, command: str) -> str:
         f"- date: {date.today().isoformat()}",
         f"- machine: {report.device_name}; torch {torch.__version__}",
         f"- command: `{command}`",
-        f"- model: `{report.model}` ({report.dtype}), context {report.context_len} tokens, "
-        f"median of {report.steps} decode steps after warm-up",
-        "- step = time between consecutive engine steps' returns (schedule, copy inputs, forward, sample, wait for "
-        "the tokens; `+async`: the host plans step N+1 while the device runs step N); fwd = forward alone, "
-        "synchronised (timed on separate steps, so that the step has no sync inside it)",
+        f"- model: `{report.model}` ({report.dtype}), context {report.context_len} "
+        f"tokens, median of {report.steps} decode steps after warm-up",
+        "- step = time between consecutive engine steps' returns (schedule, copy "
+        "inputs, forward, sample, wait for the tokens; `+async`: the host plans "
+        "step N+1 while the device runs step N); fwd = forward alone, synchronised "
+        "(timed on separate steps, so that the step has no sync inside it)",
     ]
     if report.bandwidth_gbs:
         lines.append(
@@ -413,8 +417,8 @@ def format_graph_markdown(report: GraphDecodeReport, command: str) -> str:
         sizes = ", ".join(str(b) for b in report.batch_sizes)
         lines += [
             "",
-            f"Capture (one engine per mode, sizes {sizes}): time and graph memory (free memory "
-            "before minus after):",
+            f"Capture (one engine per mode, sizes {sizes}): time "
+            "and graph memory (free memory before minus after):",
             "",
         ]
         for m, r in captures.items():
@@ -424,9 +428,9 @@ def format_graph_markdown(report: GraphDecodeReport, command: str) -> str:
         best1 = min(report.results[(report.batch_sizes[0], m)].step_ms for m in report.modes)
         lines += [
             "",
-            f"transformers with a static cache and torch.compile (mode=reduce-overhead), batch "
-            f"{report.batch_sizes[0]}: {report.hf_compiled_ms:.2f} ms/step; our best: {best1:.3f} ms "
-            f"({report.hf_compiled_ms / best1:.2f}x)",
+            "transformers with a static cache and torch.compile (mode=reduce-overhead), "
+            f"batch {report.batch_sizes[0]}: {report.hf_compiled_ms:.2f} "
+            f"ms/step; our best: {best1:.3f} ms ({report.hf_compiled_ms / best1:.2f}x)",
         ]
     if report.refit:
         lines += ["", report.refit]

@@ -236,8 +236,8 @@ def choose_ladder(
         reachable = sum(c for s, c in counts.items() if s <= max_capture_size) / total
         raise UserError(
             f"no ladder with rungs <= {max_capture_size} reaches a hit rate of {min_hit_rate:.0%}: "
-            f"only {reachable:.1%} of decode steps are that small; {sizes[top]} is the smallest top rung "
-            f"that would do (raise max_capture_size, or lower min_hit_rate)"
+            f"only {reachable:.1%} of decode steps are that small; {sizes[top]} is the "
+            "smallest top rung that would do (raise max_capture_size, or lower min_hit_rate)"
         )
     sizes = sizes[: top + 1]
     m = len(sizes)
@@ -436,7 +436,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = record_trace(args.requests, args.seed)
     meta = {
-        "command": f"python -m mini_vllm.bench.ladder --out {args.out} --requests {args.requests} --seed {args.seed}",
+        "command": f"python -m mini_vllm.bench.ladder --out {args.out} "
+        f"--requests {args.requests} --seed {args.seed}",
         "model": "tiny",
         "engine": RECORD_ENGINE,
         "workload": {
@@ -448,8 +449,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     save_trace(run, args.out, meta)
     trace = run.decode_batch_sizes
     print(
-        f"{len(run.stats.steps)} steps, {len(trace)} decode steps, batch sizes {min(trace)}..{max(trace)}; "
-        f"hit rate {run.stats.decode_graph_hit_rate:.1%} on the default ladder -> {args.out}"
+        f"{len(run.stats.steps)} steps, {len(trace)} decode steps, "
+        f"batch sizes {min(trace)}..{max(trace)}; hit rate "
+        f"{run.stats.decode_graph_hit_rate:.1%} on the default ladder -> {args.out}"
     )
     return 0
 

@@ -142,11 +142,14 @@ def format_throughput_markdown(result: ThroughputResult, command: str) -> str:
         "# Throughput: continuous batching vs transformers, one prompt at a time",
         "",
         f"- date: {date.today().isoformat()}",
-        f"- machine: {platform.machine()}, {torch.get_num_threads()} torch threads available; torch {torch.__version__}",
+        f"- machine: {platform.machine()}, {torch.get_num_threads()} "
+        f"torch threads available; torch {torch.__version__}",
         f"- command: `{command}`",
-        f"- model: `{result.model}` on {result.device}; {result.num_prompts} chat prompts "
-        f"({result.prompt_tokens} prompt tokens in all), {result.new_tokens} new tokens each, greedy, EOS ignored",
-        f"- mini_vllm: all prompts at once, `max_num_seqs={result.max_num_seqs}`; transformers: `generate` in a loop",
+        f"- model: `{result.model}` on {result.device}; {result.num_prompts} "
+        f"chat prompts ({result.prompt_tokens} prompt tokens in "
+        f"all), {result.new_tokens} new tokens each, greedy, EOS ignored",
+        "- mini_vllm: all prompts at once, "
+        f"`max_num_seqs={result.max_num_seqs}`; transformers: `generate` in a loop",
         "",
         "| engine | wall s | generated tokens/s |",
         "|---|---|---|",
@@ -160,6 +163,7 @@ def format_throughput_markdown(result: ThroughputResult, command: str) -> str:
             "",
             f"**ratio: {result.ours_tokens_per_s / result.hf_tokens_per_s:.1f}x**",
             "",
-            f"identical generated ids on both sides: {result.same_tokens} of {result.num_prompts} prompts",
+            "identical generated ids on both sides: "
+            f"{result.same_tokens} of {result.num_prompts} prompts",
         ]
     return "\n".join(lines) + "\n"

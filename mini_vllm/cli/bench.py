@@ -66,7 +66,8 @@ def _add_decode(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--compile",
         action="store_true",
-        help="compile our model with torch.compile (Inductor) first; the warm-up request compiles it",
+        help="compile our model with torch.compile (Inductor) "
+        "first; the warm-up request compiles it",
     )
     _add_output_options(
         p,
@@ -79,10 +80,11 @@ def _add_decode(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--modes",
         default=None,
-        help="comma-separated modes among eager, full, piecewise, full_and_piecewise, compile, compile+full, "
-        "compile+piecewise, compile+full_and_piecewise, full+async, compile+full+async (+async: "
-        "async scheduling), compile-nofusion+full[+async] (without the fusion pass); switches to the engine benchmark "
-        "(default model there: smollm2-135m, random weights)",
+        help="comma-separated modes among eager, full, piecewise, full_and_piecewise, "
+        "compile, compile+full, compile+piecewise, compile+full_and_piecewise, "
+        "full+async, compile+full+async (+async: async scheduling), "
+        "compile-nofusion+full[+async] (without the fusion pass); switches to the "
+        "engine benchmark (default model there: smollm2-135m, random weights)",
     )
     g.add_argument(
         "--batch-sizes", default="1,2,4,8,16,32,64", help="comma-separated (default: %(default)s)"
@@ -102,7 +104,8 @@ def _add_decode(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--compare-hf-compile",
         action="store_true",
-        help="also time transformers with a static cache and torch.compile (CUDA, first batch size)",
+        help="also time transformers with a static cache and torch.compile "
+        "(CUDA, first batch size)",
     )
 
 
@@ -132,8 +135,9 @@ def _run_decode(args: argparse.Namespace) -> int:
         print(f"ratio: {result.ratio:.2f}x")
     if result.hf_one_thread_s:
         print(
-            f"transformers generate pinned to 1 thread (control): {result.hf_one_thread_tokens_per_s:.1f} tokens/s "
-            f"(ratio {result.ours_tokens_per_s / result.hf_one_thread_tokens_per_s:.2f}x)"
+            "transformers generate pinned to 1 thread (control): "
+            f"{result.hf_one_thread_tokens_per_s:.1f} tokens/s (ratio "
+            f"{result.ours_tokens_per_s / result.hf_one_thread_tokens_per_s:.2f}x)"
         )
     suffix = "-compiled" if args.compile else ""
     _write_result(

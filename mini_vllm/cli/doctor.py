@@ -1,4 +1,5 @@
-"""`python -m mini_vllm doctor`: what this machine has for the course, and the command that adds what is missing.
+"""`python -m mini_vllm doctor`: what this machine has for
+the course, and the command that adds what is missing.
 
 vLLM counterpart: vllm/collect_env.py (`python -m vllm.collect_env`, which prints the
 versions a bug report needs). This one also says what each missing piece is for and how

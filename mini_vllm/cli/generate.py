@@ -18,9 +18,9 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "generate",
         help="generate text: one prompt with the decode loop, several at once with the engine",
-        description="Generate a completion for PROMPT, streaming it, then print TTFT, mean inter-token "
-        "latency and tokens/s. Several prompts are served together by the engine (continuous "
-        "batching), which then prints its statistics.",
+        description="Generate a completion for PROMPT, streaming it, then print TTFT, mean "
+        "inter-token latency and tokens/s. Several prompts are served together "
+        "by the engine (continuous batching), which then prints its statistics.",
     )
     p.add_argument(
         "prompts",
@@ -55,8 +55,8 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--model",
         default="smollm2-135m-instruct",
-        help="smollm2-135m-instruct (real weights, default), tiny, smollm2-135m, llama-3.2-1b-like "
-        "(random weights), or a Hugging Face model directory",
+        help="smollm2-135m-instruct (real weights, default), tiny, smollm2-135m, "
+        "llama-3.2-1b-like (random weights), or a Hugging Face model directory",
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
     p.add_argument(
@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer, config = load_model(args.model, device=args.device, dtype=args.dtype, seed=0)
     if tokenizer is None:
         print(
-            f"note: {args.model} has no tokenizer of its own (random weights); using raw UTF-8 bytes as "
-            "tokens, so the output is noise",
+            f"note: {args.model} has no tokenizer of its own (random "
+            "weights); using raw UTF-8 bytes as tokens, so the output is noise",
             file=sys.stderr,
         )
         tokenizer = default_tokenizer(config)
@@ -126,9 +126,8 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(
         f"[{result.num_generated} tokens, finish: {result.finish_reason}] "
-        f"TTFT: {result.ttft_s * 1e3:.1f} ms | "
-        f"mean inter-token latency: {result.mean_itl_s * 1e3:.1f} ms | "
-        f"tokens/s: {result.tokens_per_s:.1f}"
+        f"TTFT: {result.ttft_s * 1e3:.1f} ms | mean inter-token latency: "
+        f"{result.mean_itl_s * 1e3:.1f} ms | tokens/s: {result.tokens_per_s:.1f}"
     )
     return 0
 
@@ -172,8 +171,8 @@ def _serve_many(args, model, tokenizer, all_ids: list[list[int]], params) -> int
             print(f"(failed: {errors.get(i) or output.error})")
     generated = sum(len(o.token_ids) for o in outputs.values())
     print(
-        f"\n[{len(outputs)} prompts served together: {generated} tokens in {seconds:.2f} s, "
-        f"{generated / max(seconds, 1e-9):.1f} tokens/s]"
+        f"\n[{len(outputs)} prompts served together: {generated} tokens in "
+        f"{seconds:.2f} s, {generated / max(seconds, 1e-9):.1f} tokens/s]"
     )
     if llm is not None:
         print(llm.stats.format())

@@ -1,4 +1,5 @@
-"""`python -m mini_vllm simulate`: eager vs CUDA-graph decode step time from the launch-overhead model.
+"""`python -m mini_vllm simulate`: eager vs CUDA-graph
+decode step time from the launch-overhead model.
 
 Prints, for each batch size, the eager and graph step time, the speedup and the
 launches per step, then the crossover batch size past which graphs stop paying.
@@ -25,8 +26,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--preset",
         default=DEFAULT_PRESET,
-        help=f"model and machine to simulate (default {DEFAULT_PRESET}); "
-        "an unknown name lists the presets",
+        help="model and machine to simulate (default "
+        f"{DEFAULT_PRESET}); an unknown name lists the presets",
     )
     parser.add_argument(
         "--batch-sizes",
@@ -44,8 +45,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--ascii",
         action="store_true",
-        help="also draw the CPU and GPU lanes of the first kernels, eager vs graph, "
-        "at the smallest and the largest batch size",
+        help="also draw the CPU and GPU lanes of the first kernels, "
+        "eager vs graph, at the smallest and the largest batch size",
     )
     parser.set_defaults(command="simulate")
 
@@ -56,7 +57,8 @@ def parse_batch_sizes(text: str) -> list[int]:
         part = part.strip()
         if not part.isdigit() or int(part) < 1:
             raise UserError(
-                f"--batch-sizes takes positive integers separated by commas, e.g. 1,4,16; got {text!r}"
+                "--batch-sizes takes positive integers "
+                f"separated by commas, e.g. 1,4,16; got {text!r}"
             )
         sizes.append(int(part))
     return sorted(set(sizes))
@@ -77,8 +79,9 @@ def run(args: argparse.Namespace) -> int:
 
     print(f"preset {preset.name}: {preset.description}")
     print(
-        f"{len(preset.kernels)} kernels a step; launch {preset.hardware.launch_us:g} us a kernel eager, "
-        f"{preset.hardware.graph_launch_us:g} us a graph; {preset.hardware.node_us:g} us a graph node"
+        f"{len(preset.kernels)} kernels a step; launch {preset.hardware.launch_us:g} "
+        f"us a kernel eager, {preset.hardware.graph_launch_us:g} "
+        f"us a graph; {preset.hardware.node_us:g} us a graph node"
     )
     print()
     header = f"{'batch':>6} {'eager ms':>9} {'graph ms':>9} {'speedup':>8} {'launches e/g':>13}"
@@ -97,12 +100,13 @@ def run(args: argparse.Namespace) -> int:
     crossover = lo.crossover_batch(preset, threshold=threshold, max_batch=MAX_BATCH)
     if crossover is None:
         print(
-            f"crossover: none up to batch {MAX_BATCH} (the speedup stays >= {threshold:g}x): graphs always pay"
+            f"crossover: none up to batch {MAX_BATCH} (the "
+            f"speedup stays >= {threshold:g}x): graphs always pay"
         )
     else:
         print(
-            f"crossover: graphs stop paying at batch {crossover} "
-            f"(the first batch size whose speedup is below {threshold:g}x)"
+            f"crossover: graphs stop paying at batch {crossover} (the "
+            f"first batch size whose speedup is below {threshold:g}x)"
         )
     if args.ascii:
         for batch in sorted({batch_sizes[0], batch_sizes[-1]}):

@@ -42,9 +42,9 @@ def _layer(layer_name: str) -> Attention:
     layers = get_forward_context().no_compile_layers
     if layer_name not in layers:
         raise RuntimeError(
-            f"the attention op looked for layer {layer_name!r} in the forward context and did not find it "
-            f"({len(layers)} layer(s) there): run the model through the model runner, or pass "
-            "no_compile_layers=static_forward_context(model) to set_forward_context"
+            f"the attention op looked for layer {layer_name!r} in the forward context and did "
+            f"not find it ({len(layers)} layer(s) there): run the model through the model runner, "
+            "or pass no_compile_layers=static_forward_context(model) to set_forward_context"
         )
     return layers[layer_name]
 

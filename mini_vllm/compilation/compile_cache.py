@@ -52,8 +52,8 @@ class CompileReport:
         )
         fused = f", {self.fused_pairs} op pair(s) fused" if self.fused_pairs else ""
         return (
-            f"compiled at {self.mode} in {self.seconds:.1f} s, {self.compiled_pieces} piece(s){fused}, "
-            f"{self.dynamo_graphs} Dynamo graph(s){before}; cache {self.cache_dir}"
+            f"compiled at {self.mode} in {self.seconds:.1f} s, {self.compiled_pieces} "
+            f"piece(s){fused}, {self.dynamo_graphs} Dynamo graph(s){before}; cache {self.cache_dir}"
         )
 
 

@@ -78,16 +78,17 @@ class _RecordingMode(TorchDispatchMode):
         kwargs = kwargs or {}
         if func in _HOST_SYNC_OPS:
             raise CaptureError(
-                f"{func} reads a tensor's value on the host during graph capture (a host sync, like "
-                ".item() or .tolist()); a replayed graph cannot hand values back to Python. Move it "
-                "out of the captured region and run it after the replay"
+                f"{func} reads a tensor's value on the host during graph capture (a host "
+                "sync, like .item() or .tolist()); a replayed graph cannot hand values back "
+                "to Python. Move it out of the captured region and run it after the replay"
             )
         outputs = func(*args, **kwargs)
         flat, _ = tree_flatten(outputs)
         # None is what ops that only write their arguments return (mini_vllm::attention).
         if any(x is not None and not isinstance(x, torch.Tensor) for x in flat):
             raise CaptureError(
-                f"{func} returned a host value ({type(next(x for x in flat if not isinstance(x, torch.Tensor))).__name__}) "
+                f"{func} returned a host value "
+                f"({type(next(x for x in flat if not isinstance(x, torch.Tensor))).__name__}) "
                 "during graph capture; only tensor operations can be recorded"
             )
         self.graph._nodes.append(_Node(func, args, kwargs, outputs, _replay_mode(func)))
@@ -97,8 +98,9 @@ class _RecordingMode(TorchDispatchMode):
 def _refuse_host_read(name: str):
     def refuse(self, *args, **kwargs):
         raise CaptureError(
-            f"Tensor.{name}() reads a tensor's value on the host during graph capture (a host sync); "
-            "a replayed graph cannot hand values back to Python. Move it out of the captured region"
+            f"Tensor.{name}() reads a tensor's value on the host during "
+            "graph capture (a host sync); a replayed graph cannot hand "
+            "values back to Python. Move it out of the captured region"
         )
 
     return refuse

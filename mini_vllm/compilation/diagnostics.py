@@ -49,7 +49,8 @@ def explain_graph_breaks(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> B
 
 
 def fullgraph_ok(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[bool, str]:
-    """Compile with fullgraph=True (no code generation: the "eager" backend) and say whether it traced whole."""
+    """Compile with fullgraph=True (no code generation: the
+    "eager" backend) and say whether it traced whole."""
     try:
         torch.compile(fn, fullgraph=True, backend="eager")(*args, **kwargs)
     except Exception as exc:  # Dynamo's Unsupported and friends

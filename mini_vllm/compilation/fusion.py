@@ -1,4 +1,5 @@
-"""Compile-time fusion passes: fold a norm or an activation into the product after it, RoPE into attention.
+"""Compile-time fusion passes: fold a norm or an activation
+into the product after it, RoPE into attention.
 
 vLLM counterpart: vllm/compilation/fusion.py (`RMSNormQuantFusionPass`) and
 vllm/compilation/activation_quant_fusion.py (`ActivationQuantFusionPass`), run by
@@ -30,8 +31,8 @@ kernel next to it in the same spirit: the per-head q/k norm of models that have 
 Attention stays the splitting op, so the piece boundaries do not move.
 
 The ops exist in the graph only when the model was traced with custom ops on
-(`use_custom_ops`, mini_vllm/layers/custom_op.py), which the compile wrapper does for a backend that runs
-these passes. Together: four kernels fewer per Llama layer at batch 1.
+(`use_custom_ops`, mini_vllm/layers/custom_op.py), which the compile wrapper does for a
+backend that runs these passes. Together: four kernels fewer per Llama layer at batch 1.
 """
 
 from __future__ import annotations

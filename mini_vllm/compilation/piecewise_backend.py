@@ -1,4 +1,5 @@
-"""The torch.compile backend of CompilationMode.VLLM_COMPILE: split at attention, Inductor per piece.
+"""The torch.compile backend of CompilationMode.VLLM_COMPILE:
+split at attention, Inductor per piece.
 
 vLLM counterpart: vllm/compilation/backends.py (`VllmBackend.__call__`, which splits the
 graph Dynamo traced with `split_graph`, then runs `PiecewiseCompileInterpreter` over the
@@ -91,7 +92,8 @@ class ModelPieces:
                 gc_disable=bool(self.wrappers),
             )
             self.wrappers.append(runnable)
-        # Bypass nn.Module.__setattr__: the split module's generated forward calls the piece by name.
+        # Bypass nn.Module.__setattr__: the split module's
+        # generated forward calls the piece by name.
         split_module.__dict__[name] = runnable
 
 

@@ -33,8 +33,8 @@ def default_capture_sizes(
     """vLLM's default ladder: 1, 2, 4, then every 8 up to 248, then every 16 up to 512."""
     if max_num_seqs < 1 or max_num_batched_tokens < 1:
         raise UserError(
-            f"max_num_seqs and max_num_batched_tokens must be >= 1, "
-            f"got {max_num_seqs} and {max_num_batched_tokens}"
+            "max_num_seqs and max_num_batched_tokens must be >= "
+            f"1, got {max_num_seqs} and {max_num_batched_tokens}"
         )
     if enforce_eager:
         return []  # no graphs at all: nothing to capture
@@ -61,15 +61,16 @@ def normalize_capture_sizes(sizes: Iterable[int], max_num_batched_tokens: int) -
     kept = sorted({s for s in sizes if s <= max_num_batched_tokens})
     if not kept:
         raise UserError(
-            f"every capture size in {sorted(set(sizes))} is above max_num_batched_tokens="
-            f"{max_num_batched_tokens}; nothing would be captured"
+            f"every capture size in {sorted(set(sizes))} is above "
+            f"max_num_batched_tokens={max_num_batched_tokens}; nothing would be captured"
         )
     return kept
 
 
 # ANCHOR: padded_size
 def padded_size(num_tokens: int, capture_sizes: list[int]) -> int | None:
-    """The rung a batch runs on: the smallest capture size >= num_tokens, or None above the ladder."""
+    """The rung a batch runs on: the smallest capture
+    size >= num_tokens, or None above the ladder."""
     if num_tokens < 1:
         raise UserError(f"a batch has at least one token, got {num_tokens}")
     index = bisect.bisect_left(capture_sizes, num_tokens)

@@ -243,13 +243,13 @@ class BlockManager:
             )
         if num_new_tokens < 0 or num_cached_tokens < 0 or num_cached_tokens % self.block_size:
             raise ValueError(
-                f"num_new_tokens must be >= 0 and num_cached_tokens a multiple of {self.block_size}, "
-                f"got {num_new_tokens} and {num_cached_tokens}"
+                "num_new_tokens must be >= 0 and num_cached_tokens a multiple of "
+                f"{self.block_size}, got {num_new_tokens} and {num_cached_tokens}"
             )
         if num_cached_tokens + num_new_tokens > seq.num_tokens:
             raise ValueError(
-                f"request {seq.seq_id!r} has {seq.num_tokens} tokens, cannot cover "
-                f"{num_cached_tokens} cached + {num_new_tokens} new"
+                f"request {seq.seq_id!r} has {seq.num_tokens} tokens, cannot "
+                f"cover {num_cached_tokens} cached + {num_new_tokens} new"
             )
         shared = self._cached_prefix(seq)[: num_cached_tokens // self.block_size]
         if len(shared) * self.block_size != num_cached_tokens:
@@ -281,8 +281,8 @@ class BlockManager:
         shared, num_fresh = self._plan_allocation(seq, num_new_tokens, num_cached_tokens)
         if not self._fits(shared, num_fresh):
             raise OutOfBlocksError(
-                f"request {seq.seq_id!r} needs {num_fresh} fresh block(s) (+{len(shared)} shared), "
-                f"only {len(self._free)} free; check can_allocate() first"
+                f"request {seq.seq_id!r} needs {num_fresh} fresh block(s) (+{len(shared)} "
+                f"shared), only {len(self._free)} free; check can_allocate() first"
             )
         for block_id in shared:
             if self._ref_counts[block_id] == 0:
@@ -299,8 +299,8 @@ class BlockManager:
         end = seq.num_computed_tokens + num_new_tokens
         if num_new_tokens < 0 or end > seq.num_tokens:
             raise ValueError(
-                f"request {seq.seq_id!r} has {seq.num_tokens} tokens and {seq.num_computed_tokens} "
-                f"computed; it cannot compute {num_new_tokens} more"
+                f"request {seq.seq_id!r} has {seq.num_tokens} tokens and "
+                f"{seq.num_computed_tokens} computed; it cannot compute {num_new_tokens} more"
             )
         return max(0, self.blocks_needed(end) - len(seq.block_table))
 
@@ -342,6 +342,6 @@ class BlockManager:
     def __repr__(self) -> str:
         caching = ", prefix caching" if self.enable_prefix_caching else ""
         return (
-            f"BlockManager({self.num_used_blocks}/{self.num_blocks} blocks used, "
-            f"block_size={self.block_size}{caching})"
+            f"BlockManager({self.num_used_blocks}/{self.num_blocks} "
+            f"blocks used, block_size={self.block_size}{caching})"
         )

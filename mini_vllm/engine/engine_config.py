@@ -19,7 +19,8 @@ __all__ = ["EngineConfig"]
 
 @dataclass
 class EngineConfig:
-    model: str = "smollm2-135m-instruct"  # a model name (see `python -m mini_vllm generate --help`) or an HF directory
+    # a model name (see `python -m mini_vllm generate --help`) or an HF directory
+    model: str = "smollm2-135m-instruct"
     device: str = "cpu"
     dtype: str | None = None  # None: float32 on CPU, bfloat16 on CUDA
     seed: int = 0  # random weights and unseeded sampling
@@ -61,8 +62,8 @@ class EngineConfig:
             self.enforce_eager or self.compilation_mode is not CompilationMode.VLLM_COMPILE
         ):
             raise UserError(
-                "enable_fusion=True needs compilation_mode='vllm_compile' (the fusion passes run in its "
-                "compile backend) and no enforce_eager; leave enable_fusion unset otherwise"
+                "enable_fusion=True needs compilation_mode='vllm_compile' (the fusion passes run "
+                "in its compile backend) and no enforce_eager; leave enable_fusion unset otherwise"
             )
         if self.enforce_eager:
             self.cudagraph_mode = CUDAGraphMode.NONE
@@ -73,7 +74,8 @@ class EngineConfig:
             raise UserError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise UserError(
-                f"max_model_len must be >= 2 (a prompt token and a new one), got {self.max_model_len}"
+                "max_model_len must be >= 2 (a prompt token "
+                f"and a new one), got {self.max_model_len}"
             )
 
     @classmethod

@@ -46,7 +46,8 @@ class ModelInputs:
 
     @property
     def num_tokens(self) -> int:
-        """Rows of the flattened batch: one a token computed (padding rows included, once padded)."""
+        """Rows of the flattened batch: one a token
+        computed (padding rows included, once padded)."""
         return len(self.input_ids)
 
     @property

@@ -122,15 +122,16 @@ class Scheduler:
         """Why this request could not be computed even on an empty engine, or None."""
         if seq.num_prompt_tokens > self.config.max_model_len:
             return (
-                f"request {seq.seq_id!r}: the prompt has {seq.num_prompt_tokens} tokens, "
-                f"more than max_model_len={self.config.max_model_len}"
+                f"request {seq.seq_id!r}: the prompt has {seq.num_prompt_tokens} "
+                f"tokens, more than max_model_len={self.config.max_model_len}"
             )
         needed = self.block_manager.blocks_needed(seq.num_tokens)
         if needed > self.block_manager.num_blocks:
             return (
-                f"request {seq.seq_id!r}: its {seq.num_tokens} tokens need {needed} KV blocks of "
-                f"{self.block_manager.block_size} tokens, but the whole cache has "
-                f"{self.block_manager.num_blocks}; give the cache more blocks or shorten the request"
+                f"request {seq.seq_id!r}: its {seq.num_tokens} tokens need "
+                f"{needed} KV blocks of {self.block_manager.block_size} "
+                f"tokens, but the whole cache has {self.block_manager.num_blocks}; "
+                "give the cache more blocks or shorten the request"
             )
         return None
 
@@ -154,8 +155,8 @@ class Scheduler:
         """Decide this step's batch (see the module docstring for the policy)."""
         if len(self._in_flight) >= self.max_steps_in_flight:
             raise RuntimeError(
-                f"step {self._in_flight[0].step} is still in flight: call update_from_output() "
-                "with its sampled tokens before scheduling the next step"
+                f"step {self._in_flight[0].step} is still in flight: call "
+                "update_from_output() with its sampled tokens before scheduling the next step"
             )
         budget = self.config.max_num_batched_tokens
         rows: list[ScheduledSequence] = []
@@ -271,17 +272,20 @@ class Scheduler:
         is fine there). Returns the requests that finished, failures included."""
         if not self._in_flight or output is not self._in_flight[0]:
             raise RuntimeError(
-                "this SchedulerOutput is not the step in flight; pass the one schedule() returned last"
+                "this SchedulerOutput is not the step in "
+                "flight; pass the one schedule() returned last"
             )
         if len(sampled_token_ids) != len(output.scheduled):
             raise ValueError(
-                f"got {len(sampled_token_ids)} sampled token(s) for {len(output.scheduled)} scheduled row(s)"
+                f"got {len(sampled_token_ids)} sampled token(s) "
+                f"for {len(output.scheduled)} scheduled row(s)"
             )
         tokens = []  # checked before anything changes, so a bad token leaves no half-applied step
         for row, token in zip(output.scheduled, sampled_token_ids):
             if row.samples_token and token is None:
                 raise ValueError(
-                    f"request {row.seq_id!r} reached its last token this step but no token was sampled"
+                    f"request {row.seq_id!r} reached its last "
+                    "token this step but no token was sampled"
                 )
             tokens.append(as_token_id(token) if row.samples_token else None)
         self._in_flight.popleft()
@@ -305,8 +309,8 @@ class Scheduler:
         if reason is None:
             return
         if seq.status is SequenceStatus.WAITING:
-            # Preempted after its step was planned (only the async scheduler plans ahead):
-            # it holds no blocks.
+            # Preempted after its step was planned (only the
+            # async scheduler plans ahead): it holds no blocks.
             self._waiting.remove(seq)
         else:
             self.block_manager.free(seq)
@@ -334,6 +338,6 @@ class Scheduler:
 
     def __repr__(self) -> str:
         return (
-            f"Scheduler(step {self._step}, {len(self._running)} running, {len(self._waiting)} waiting, "
-            f"{self.num_preemptions} preemptions, {self.block_manager!r})"
+            f"Scheduler(step {self._step}, {len(self._running)} running, {len(self._waiting)} "
+            f"waiting, {self.num_preemptions} preemptions, {self.block_manager!r})"
         )

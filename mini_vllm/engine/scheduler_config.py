@@ -38,7 +38,7 @@ class SchedulerConfig:
             )
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
             raise UserError(
-                f"without chunked prefill, max_num_batched_tokens ({self.max_num_batched_tokens}) must be "
-                f">= max_model_len ({self.max_model_len}) so that the longest prompt fits in one step; "
-                "raise it or set enable_chunked_prefill=True"
+                f"without chunked prefill, max_num_batched_tokens ({self.max_num_batched_tokens}) "
+                f"must be >= max_model_len ({self.max_model_len}) so that the "
+                "longest prompt fits in one step; raise it or set enable_chunked_prefill=True"
             )

@@ -187,7 +187,8 @@ class Sequence:
         """Record a sampled token (its K/V is computed at the next step)."""
         if self.is_finished:
             raise RuntimeError(
-                f"request {self.seq_id!r} is finished ({self.finish_reason.value}); it takes no more tokens"
+                f"request {self.seq_id!r} is finished "
+                f"({self.finish_reason.value}); it takes no more tokens"
             )
         self._token_ids.append(as_token_id(token_id))
 
@@ -227,6 +228,6 @@ class Sequence:
         )
         return (
             f"Sequence({self.seq_id!r}, {state}, prompt={self.num_prompt_tokens}, "
-            f"out={self.num_output_tokens}, computed={self.num_computed_tokens}, "
-            f"blocks={self.block_table})"
+            f"out={self.num_output_tokens}, "
+            f"computed={self.num_computed_tokens}, blocks={self.block_table})"
         )

@@ -97,7 +97,7 @@ class EngineStats:
         modes = ", ".join(f"{k} {v}" for k, v in sorted(self.steps_per_runtime_mode.items()))
         return (
             f"steps {self.num_steps} ({modes}); prefill tokens {self.prefill_tokens}, "
-            f"decode tokens {self.decode_tokens}; preemptions {self.num_preemptions}\n"
-            f"batch sizes {{{hist}}}\n"
-            f"decode graph hit rate {self.decode_graph_hit_rate:.1%}, padding waste {self.padding_waste:.1%}"
+            f"decode tokens {self.decode_tokens}; preemptions "
+            f"{self.num_preemptions}\nbatch sizes {{{hist}}}\ndecode graph hit rate "
+            f"{self.decode_graph_hit_rate:.1%}, padding waste {self.padding_waste:.1%}"
         )

@@ -67,8 +67,8 @@ class Attention(nn.Module):
         """
         if self.impl is None:
             raise RuntimeError(
-                f"attention layer {self.layer_idx} has no backend: allocate a KV cache and call "
-                "bind_kv_caches(model, backend, kv_caches) before running the model"
+                f"attention layer {self.layer_idx} has no backend: allocate a KV cache and "
+                "call bind_kv_caches(model, backend, kv_caches) before running the model"
             )
         if self.use_custom_op:
             if output is None:
@@ -118,8 +118,8 @@ class Attention(nn.Module):
 
     def extra_repr(self) -> str:
         return (
-            f"layer_idx={self.layer_idx}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
-            f"head_dim={self.head_dim}, scale={self.scale:.4g}"
+            f"layer_idx={self.layer_idx}, num_heads={self.num_heads}, "
+            f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, scale={self.scale:.4g}"
         )
 
 

@@ -105,7 +105,8 @@ class RMSNorm(CustomOp):
         return self.forward_native(x, residual)
 
     def forward_custom_op(self, x, residual=None):
-        # Compiling for the fusion passes: one opaque node the pass can fold into the product after it.
+        # Compiling for the fusion passes: one opaque node
+        # the pass can fold into the product after it.
         if residual is None:
             return torch.ops.mini_vllm.rms_norm(x, self.weight, self.eps)
         return torch.ops.mini_vllm.fused_add_rms_norm(x, residual, self.weight, self.eps)

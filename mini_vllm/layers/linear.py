@@ -133,8 +133,8 @@ class LinearBase(CustomOp):
         if parts == 1 or x.shape[0] > SPLIT_K_MAX_ROWS:
             return F.linear(x, self.weight)
         # The sliced view is kept: making it is two tensor ops, and at batch 1 on a small
-        # CPU every op costs microseconds. Keyed by the storage too: a loader may swap
-        # the parameter's data.
+        # CPU every op costs microseconds. Keyed by the
+        # storage too: a loader may swap the parameter's data.
         key = (parts, self.weight.data_ptr())
         slices = self._cpu_slices.get(key)
         if slices is None:
@@ -222,7 +222,8 @@ class MergedColumnLinear(LinearBase):
     ) -> None:
         if not isinstance(shard_id, int) or not 0 <= shard_id < len(self.output_sizes):
             raise ValueError(
-                f"MergedColumnLinear shard must be 0..{len(self.output_sizes) - 1}, got {shard_id!r}"
+                "MergedColumnLinear shard must be "
+                f"0..{len(self.output_sizes) - 1}, got {shard_id!r}"
             )
         start = sum(self.output_sizes[:shard_id])
         rows = param.data.narrow(0, start, self.output_sizes[shard_id])

@@ -148,7 +148,10 @@ class RotaryEmbedding(CustomOp):
     # ANCHOR_END: rope
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, max_position={self.max_position}, is_neox_style={self.is_neox_style}"
+        return (
+            f"head_dim={self.head_dim}, max_position={self.max_position}, "
+            f"is_neox_style={self.is_neox_style}"
+        )
 
 
 @torch.library.custom_op("mini_vllm::rotary_embedding", mutates_args=())

@@ -85,8 +85,8 @@ if triton is not None:
         # kernel ahead. Measured on one H100 host at batch 1, SmolLM2 shape, compiled
         # FULL step with async scheduling, alternating: forward 0.51 ms with the last five
         # tiles on the list against 0.57-0.65 ms without them. The autotuner's picks
-        # vary a little from run to run (scripts/gpu/gemv_tiles.py prints them); most
-        # are whole-row tiles.
+        # vary a little from run to run (scripts/gpu/gemv_tiles.py
+        # prints them); most are whole-row tiles.
         shapes = [
             (4, 256, 4),
             (8, 256, 4),
@@ -223,7 +223,8 @@ if triton is not None:
 
     @triton.jit
     def _silu_and_mul_tile(x_ptr, cols, mask, K):
-        """silu(gate) * up for one tile of a row laid out [gate (K) | up (K)], rounded as torch rounds."""
+        """silu(gate) * up for one tile of a row laid out
+        [gate (K) | up (K)], rounded as torch rounds."""
         gate = tl.load(x_ptr + cols, mask=mask, other=0.0)
         up = tl.load(x_ptr + K + cols, mask=mask, other=0.0)
         g = gate.to(tl.float32)

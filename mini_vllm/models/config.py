@@ -83,8 +83,9 @@ class LlamaConfig:
                 raise UserError(f"model config: {name} must be a positive integer, got {value!r}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise UserError(
-                f"model config: num_attention_heads ({self.num_attention_heads}) must be a multiple "
-                f"of num_key_value_heads ({self.num_key_value_heads}) for grouped-query attention"
+                f"model config: num_attention_heads ({self.num_attention_heads}) "
+                "must be a multiple of num_key_value_heads "
+                f"({self.num_key_value_heads}) for grouped-query attention"
             )
         if self.head_dim % 2:
             raise UserError(

@@ -229,7 +229,8 @@ class LlamaForCausalLM(nn.Module):
                 param = params[name]
                 if tuple(param.shape) != tuple(tensor.shape):
                     raise UserError(
-                        f"{name}: checkpoint shape {tuple(tensor.shape)}, model {tuple(param.shape)}"
+                        f"{name}: checkpoint shape {tuple(tensor.shape)}, "
+                        f"model {tuple(param.shape)}"
                     )
                 if _same_layout(param.data, tensor):
                     # Adopt the loader's tensor instead of copying it: writing a fresh
@@ -240,8 +241,8 @@ class LlamaForCausalLM(nn.Module):
                 loaded.add(name)
         if unexpected:
             raise UserError(
-                f"checkpoint tensors with no place in the model: {unexpected[:5]}"
-                f"{' ...' if len(unexpected) > 5 else ''}"
+                "checkpoint tensors with no place in the model: "
+                f"{unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}"
             )
         missing = [n for n in self._expected_checkpoint_keys() if n not in loaded]
         if missing:

@@ -70,8 +70,8 @@ def resolve_device(device: str | torch.device) -> torch.device:
         raise UserError(f"unknown device {device!r}; use cpu or cuda (or cuda:N)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(
-            f"--device {device} was asked for, but CUDA is not available here "
-            f"(torch {torch.__version__}, torch.cuda.is_available() is False); use --device cpu"
+            f"--device {device} was asked for, but CUDA is not available here (torch "
+            f"{torch.__version__}, torch.cuda.is_available() is False); use --device cpu"
         )
     return device
 
@@ -92,7 +92,8 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
 
 @contextlib.contextmanager
 def _build_context(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
-    """New tensors land on `device` in `dtype` (vLLM: `set_default_torch_dtype` + device context)."""
+    """New tensors land on `device` in `dtype` (vLLM:
+    `set_default_torch_dtype` + device context)."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -214,8 +215,8 @@ def _load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int, 
         model, tokenizer, config = _load_hf_dir(Path(name).expanduser(), device, dtype)
     else:
         raise UserError(
-            f"unknown model {name!r}; known models: {', '.join(model_names())} "
-            "(or pass the path to a Hugging Face model directory with config.json and *.safetensors)"
+            f"unknown model {name!r}; known models: {', '.join(model_names())} (or pass "
+            "the path to a Hugging Face model directory with config.json and *.safetensors)"
         )
     model.process_weights_after_loading()
     model.eval()

@@ -205,20 +205,20 @@ class SimDevice:
             return op.fn(x)
         if not op.capturable:
             raise CaptureError(
-                f"op {op.name!r} is not capturable (capturable=False, as attention is) and cannot be "
-                "recorded into a full graph; use PiecewiseGraphRunner to split the model around it, "
-                "or run the model eagerly"
+                f"op {op.name!r} is not capturable (capturable=False, as attention "
+                "is) and cannot be recorded into a full graph; use PiecewiseGraphRunner "
+                "to split the model around it, or run the model eagerly"
             )
         if op.syncs_host:
             raise CaptureError(
-                f"op {op.name!r} syncs with the host (like .item()) during capture: a graph cannot "
-                "hand a value back to Python mid-replay; move it out of the captured ops and run it "
-                "eagerly after the replay"
+                f"op {op.name!r} syncs with the host (like .item()) during capture: "
+                "a graph cannot hand a value back to Python mid-replay; move "
+                "it out of the captured ops and run it eagerly after the replay"
             )
         if op.allocates:
             raise CaptureError(
-                f"op {op.name!r} allocates fresh memory during capture: a replay reuses fixed "
-                "addresses; allocate the buffer once before capture and write into it"
+                f"op {op.name!r} allocates fresh memory during capture: a replay reuses "
+                "fixed addresses; allocate the buffer once before capture and write into it"
             )
         # Capture records and does not compute. Only the output's shape and dtype are
         # needed, so run the kernel on zeros (PyTorch would use meta tensors).
@@ -286,8 +286,8 @@ def _check_array(
     if expected is not None and x.dtype != expected:
         known = "" if shapes is None else f" (captured shapes: {shapes or 'none yet'})"
         raise ValueError(
-            f"input has dtype {x.dtype} but the static buffers are {expected}; "
-            f"pass a {expected} array of shape (batch, ...){known}"
+            f"input has dtype {x.dtype} but the static buffers are "
+            f"{expected}; pass a {expected} array of shape (batch, ...){known}"
         )
 
 
@@ -360,9 +360,9 @@ class GraphRunner:
                 if self.fallback_to_eager:
                     return run_eager(self.ops, self.device, x)
                 raise CaptureError(
-                    f"no graph for input shape {x.shape} and the capture window is closed; "
-                    f"captured shapes: {sorted(self.graphs)}. Pad the input to one of them, or "
-                    "build the runner with fallback_to_eager=True"
+                    f"no graph for input shape {x.shape} and the capture window is "
+                    f"closed; captured shapes: {sorted(self.graphs)}. Pad the input "
+                    "to one of them, or build the runner with fallback_to_eager=True"
                 )
             entry = self.graphs[x.shape] = self._capture(x)
         # The graph reads the static input, never `x`: copy the new data in first.
@@ -378,7 +378,8 @@ class GraphRunner:
 # ANCHOR: split_ops
 @dataclass(frozen=True)
 class Piece:
-    """A run of ops after the split (vLLM's SplitItem): captured, or one splitting op run eagerly."""
+    """A run of ops after the split (vLLM's SplitItem):
+    captured, or one splitting op run eagerly."""
 
     ops: tuple[ModelOp, ...]
     is_splitting_op: bool

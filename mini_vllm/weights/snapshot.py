@@ -64,8 +64,8 @@ def load_snapshot(model: nn.Module, path: str | Path) -> None:
         param = getattr(module, attr, None)
         if not isinstance(param, nn.Parameter) or tuple(param.shape) != tuple(tensor.shape):
             raise UserError(
-                f"snapshot tensor {name} {tuple(tensor.shape)} does not fit the model: the cache entry "
-                f"{Path(path)} is damaged or stale; delete it and load again (it is rebuilt)"
+                f"snapshot tensor {name} {tuple(tensor.shape)} does not fit the model: the cache "
+                f"entry {Path(path)} is damaged or stale; delete it and load again (it is rebuilt)"
             )
         seen.add(name)
         same_place = tensor.device == param.device and tensor.dtype == param.dtype
@@ -84,6 +84,6 @@ def load_snapshot(model: nn.Module, path: str | Path) -> None:
     missing = expected - seen - ({"lm_head.weight"} if tied else set())
     if missing:
         raise UserError(
-            f"snapshot {file} lacks {sorted(missing)[:5]}: the cache entry is damaged or stale; "
-            f"delete {Path(path)} and load again (it is rebuilt)"
+            f"snapshot {file} lacks {sorted(missing)[:5]}: the cache entry is "
+            f"damaged or stale; delete {Path(path)} and load again (it is rebuilt)"
         )

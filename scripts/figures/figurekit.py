@@ -1,6 +1,7 @@
 """What the book's figure scripts share: one style, one way to save, one command line.
 
-    .venv/bin/python scripts/figures/phase05.py            # every figure of a phase into book/src/figures/
+    .venv/bin/python scripts/figures/phase05.py #
+    every figure of a phase into book/src/figures/
     .venv/bin/python scripts/figures/phase05.py --only crossover-llama3.1-8b.png --out-dir /tmp
 
 Each figure is a function returning a `matplotlib.figure.Figure` built without pyplot's
@@ -65,7 +66,8 @@ def draw(
     description: str,
     argv: Sequence[str] | None = None,
 ) -> int:
-    """The command line of a figure script: draw every figure (or `--only` some) into `--out-dir`."""
+    """The command line of a figure script: draw every
+    figure (or `--only` some) into `--out-dir`."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument(
         "--out-dir", type=Path, default=OUT_DIR, help="where to write (default: %(default)s)"

@@ -283,7 +283,8 @@ def two_lane_figure(
         patches.Patch(
             facecolor="#777777",
             alpha=0.35,
-            label=f"fixed GPU cost: {hw.eager_gap_us:g} µs per eager kernel, {hw.node_us:g} µs per graph node",
+            label=f"fixed GPU cost: {hw.eager_gap_us:g} µs per "
+            f"eager kernel, {hw.node_us:g} µs per graph node",
         ),
         patches.Patch(facecolor="#f2f3f4", edgecolor="#cccccc", label="lane idle"),
     ]
@@ -291,8 +292,8 @@ def two_lane_figure(
         handles=legend, loc="upper right", bbox_to_anchor=(1.0, 1.32), ncol=3, frameon=False
     )
     fig.suptitle(
-        f"{p.name}, batch {batch}: the first {len(kernels)} of {len(p.kernels)} kernels "
-        f"(host {hw.launch_us:g} µs per launch)",
+        f"{p.name}, batch {batch}: the first {len(kernels)} of "
+        f"{len(p.kernels)} kernels (host {hw.launch_us:g} µs per launch)",
         fontsize=10,
     )
     return fig
@@ -380,7 +381,8 @@ def crossover_figure(
                 label=f"crossover: batch {cross}",
             )
             ax.annotate(
-                f"crossover: batch {cross}\nfirst speedup below {CROSSOVER_THRESHOLD:g}×\n({s:.4f}×)",
+                f"crossover: batch {cross}\nfirst speedup "
+                f"below {CROSSOVER_THRESHOLD:g}×\n({s:.4f}×)",
                 (cross, s),
                 xytext=(-14, 36),
                 textcoords="offset points",
@@ -408,8 +410,8 @@ def crossover_figure(
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=len(handles), frameon=False)
     fig.suptitle(
-        "Where CUDA graphs stop paying: the speedup falls as the GPU lane fills up "
-        "(reference points: COURSE_SPEC §5)",
+        "Where CUDA graphs stop paying: the speedup falls as "
+        "the GPU lane fills up (reference points: COURSE_SPEC §5)",
         fontsize=10,
     )
     return fig
@@ -727,8 +729,8 @@ def full_vs_piecewise_figure(num_layers: int = 3) -> Figure:
         handles=legend, loc="lower center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False
     )
     fig.suptitle(
-        f"One forward of a {num_layers}-layer toy decoder: k = {k} attention ops give "
-        f"k + 1 = {pw_runner.num_captured_pieces} captured pieces (split_ops)",
+        f"One forward of a {num_layers}-layer toy decoder: k = {k} attention ops "
+        f"give k + 1 = {pw_runner.num_captured_pieces} captured pieces (split_ops)",
         fontsize=10,
     )
     return fig
@@ -795,7 +797,8 @@ def padding_waste_figure(trace: Sequence[int] | None = None) -> Figure:
             [len(ladder)],
             [100 * r.waste],
             **style,
-            label=f"{label}: {len(ladder)} graphs, {100 * r.waste:.1f}% waste, {100 * r.hit_rate:.1f}% hits",
+            label=f"{label}: {len(ladder)} graphs, {100 * r.waste:.1f}% "
+            f"waste, {100 * r.hit_rate:.1f}% hits",
         )
         ax_h.plot([len(ladder)], [100 * r.hit_rate], **style, label=label)
 
@@ -941,8 +944,8 @@ def h100_decode_figure(path: str | Path = H100_RESULTS) -> Figure:
     handles, labels = ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=4, frameon=False, fontsize=7.5)
     ax.set_title(
-        f"Measured decode step, SmolLM2-135M shape, bf16, context 128 ({machine})\n"
-        f"source: {Path(path).relative_to(ROOT) if Path(path).is_relative_to(ROOT) else Path(path).name}",
+        f"Measured decode step, SmolLM2-135M shape, bf16, context 128 ({machine})\nsource: "
+        f"{Path(path).relative_to(ROOT) if Path(path).is_relative_to(ROOT) else Path(path).name}",
         loc="left",
         fontsize=9,
     )

@@ -58,7 +58,8 @@ def _trace() -> list[int]:
 
 @styled
 def trace_ladder_figure(max_graphs: int = GRAPH_BUDGET) -> Figure:
-    """Decode batch sizes of the recorded run, with the chosen ladder's rungs and the naive one's."""
+    """Decode batch sizes of the recorded run, with
+    the chosen ladder's rungs and the naive one's."""
     trace = _trace()
     counts = Counter(trace)
     chosen = choose_ladder(trace, max_graphs)
@@ -103,8 +104,8 @@ def trace_ladder_figure(max_graphs: int = GRAPH_BUDGET) -> Figure:
         bbox_to_anchor=(0.5, -0.16),
         ncol=2,
         title=(
-            f"chosen {chosen}: hit {c.hit_rate:.1%}, padding {c.padding_waste:.1%}\n"
-            f"powers of two: hit {n.hit_rate:.1%}, padding {n.padding_waste:.1%}"
+            f"chosen {chosen}: hit {c.hit_rate:.1%}, padding {c.padding_waste:.1%}\npowers "
+            f"of two: hit {n.hit_rate:.1%}, padding {n.padding_waste:.1%}"
         ),
         title_fontsize=8,
         frameon=False,
@@ -187,7 +188,8 @@ def ladder_tradeoff_figure(max_graphs: int = 12, min_hit_rate: float = 0.92) -> 
 
 @styled
 def ttft_vs_itl_figure() -> Figure:
-    """TTFT and inter-token latency of the recorded run, and why: steps that carry a prefill are long."""
+    """TTFT and inter-token latency of the recorded run,
+    and why: steps that carry a prefill are long."""
     run = recorded_run()
     ttft, itl = np.array(run["ttft_ms"]), np.array(run["itl_ms"])
     steps = np.array(run["steps"], dtype=float)  # tokens, prefill tokens, uniform decode, ms

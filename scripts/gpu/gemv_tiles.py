@@ -31,8 +31,8 @@ def measure(args, report) -> None:
             weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
             tile = autotuned_tile(x, weight)
             report(
-                f"{model} {n:6d} x {k:5d}: BLOCK_N {tile['BLOCK_N']:3d}, BLOCK_K {tile['BLOCK_K']:4d}, "
-                f"{tile['num_warps']} warps"
+                f"{model} {n:6d} x {k:5d}: BLOCK_N {tile['BLOCK_N']:3d}, "
+                f"BLOCK_K {tile['BLOCK_K']:4d}, {tile['num_warps']} warps"
             )
 
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Host time of one CUDA graph launch (`graph.replay()`): the FULL decode graph at batch 1 (SmolLM2 shape).
+"""Host time of one CUDA graph launch (`graph.replay()`):
+the FULL decode graph at batch 1 (SmolLM2 shape).
 
     python3 scripts/gpu/graph_launch_cost.py [--out DIR]
-    MINI_VLLM_PDL=0 python3 scripts/gpu/graph_launch_cost.py   # without programmatic dependent launch
+    MINI_VLLM_PDL=0 python3 scripts/gpu/graph_launch_cost.py
+    # without programmatic dependent launch
 
 For the uncompiled and the compiled model: the host time `replay()` takes to return, and
 the time each replay takes when ten run back to back (the GPU stays busy, the host only
@@ -53,8 +55,8 @@ def measure(args, report) -> None:
     for mode in ("full", "compile+full"):
         host_ms, replay_ms = launch_cost(model, mode)
         report(
-            f"PDL={'on' if envs.MINI_VLLM_PDL else 'off'} {mode:>13}: host time of replay() {host_ms:.3f} ms, "
-            f"replays back to back {replay_ms:.3f} ms each"
+            f"PDL={'on' if envs.MINI_VLLM_PDL else 'off'} {mode:>13}: host time of "
+            f"replay() {host_ms:.3f} ms, replays back to back {replay_ms:.3f} ms each"
         )
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Host time of the calls an async decode step makes after the graph replay (batch 1, SmolLM2 shape).
+"""Host time of the calls an async decode step makes
+after the graph replay (batch 1, SmolLM2 shape).
 
     python3 scripts/gpu/host_launch_costs.py [--out DIR]
 

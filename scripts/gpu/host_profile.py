@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Where the host time of an engine decode step goes (cProfile), batch 1.
 
-    python3 scripts/gpu/host_profile.py [--model smollm2-135m] [--mode compile+full+async] [--out DIR]
+    python3 scripts/gpu/host_profile.py [--model
+    smollm2-135m] [--mode compile+full+async] [--out DIR]
 
 Times 200 steps without the profiler, then profiles 200 more and prints the functions
 by own time and by cumulative time. Under async scheduling the host plans one step
@@ -50,7 +51,8 @@ def measure(args, report) -> None:
     for _ in range(200):
         engine.step()
     report(
-        f"{args.model} {args.mode}: {(time.perf_counter() - start) / 200 * 1e3:.3f} ms a step without the profiler"
+        f"{args.model} {args.mode}: {(time.perf_counter() - start) / 200 * 1e3:.3f} "
+        "ms a step without the profiler"
     )
     profiler = cProfile.Profile()
     profiler.enable()

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Paged decode attention: one pass against flash-decoding slices and their merge, by context length.
+"""Paged decode attention: one pass against flash-decoding
+slices and their merge, by context length.
 
     python3 scripts/gpu/split_decode.py [--out DIR]
 
@@ -53,7 +54,8 @@ def measure(args, report) -> None:
                 if crossover is None and split > 1 and times[split] < times[1]:
                     crossover = ctx
                 report(
-                    f"heads {heads}/{kv_heads} batch {reqs} context {ctx:4d}: one pass {times[1]:5.1f} us"
+                    f"heads {heads}/{kv_heads} batch {reqs} "
+                    f"context {ctx:4d}: one pass {times[1]:5.1f} us"
                     + (f", {split} slices + merge {times[split]:5.1f} us" if split > 1 else "")
                 )
             report(

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Where one engine decode step goes, batch 1: host time (cProfile), then the GPU kernels (torch.profiler).
+"""Where one engine decode step goes, batch 1: host time
+(cProfile), then the GPU kernels (torch.profiler).
 
-    MINI_VLLM_PDL=0 python3 scripts/gpu/step_profile.py [--model smollm2-135m] [--mode compile+full] [--out DIR]
+    MINI_VLLM_PDL=0 python3 scripts/gpu/step_profile.py
+    [--model smollm2-135m] [--mode compile+full] [--out DIR]
 
 Run it with MINI_VLLM_PDL=0 for per-kernel costs: under programmatic dependent launch a
 kernel starts before the one ahead of it ends and waits, and the profiler counts the

@@ -1,4 +1,4 @@
-"""Lab 01 — capture and replay: one graph per shape, static buffers, one launch (COURSE_SPEC §3, §4)."""
+"""Lab 01 — capture and replay: one graph per shape, static buffers, one launch."""
 
 import numpy as np
 import pytest

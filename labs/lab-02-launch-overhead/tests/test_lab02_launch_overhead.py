@@ -1,4 +1,4 @@
-"""Lab 02 — the two-lane launch timeline, the crossover batch size, and the presets (COURSE_SPEC §5)."""
+"""Lab 02 — the two-lane launch timeline, the crossover batch size, and the presets."""
 
 import pytest
 

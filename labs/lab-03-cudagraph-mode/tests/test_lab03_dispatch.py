@@ -1,4 +1,4 @@
-"""Lab 03 — routing batches to FULL / PIECEWISE / NONE graphs (COURSE_SPEC §4)."""
+"""Lab 03 — routing batches to FULL / PIECEWISE / NONE graphs."""
 
 import pytest
 

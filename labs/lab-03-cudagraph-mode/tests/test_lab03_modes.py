@@ -1,4 +1,4 @@
-"""Lab 03 — CUDAGraphMode's methods and the downgrade rule (COURSE_SPEC §4)."""
+"""Lab 03 — CUDAGraphMode's methods and the downgrade rule."""
 
 import pytest
 

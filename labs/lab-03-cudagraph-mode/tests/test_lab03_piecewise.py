@@ -1,4 +1,4 @@
-"""Lab 03 — piecewise graphs: split at attention, capture the pieces, run attention eagerly (COURSE_SPEC §4)."""
+"""Lab 03 — piecewise graphs: split at attention, capture the pieces, run attention eagerly."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,5 @@
-"""Lab 04 — eager vs CUDA graphs on a real model shape: the recorded run (CPU-OK) and a live one (GPU-REQ)."""
+"""Lab 04 — eager vs CUDA graphs on a real model shape:
+the recorded run (CPU-OK) and a live one (GPU-REQ)."""
 
 import pytest
 
@@ -77,7 +78,8 @@ def test_real_vllm_enforce_eager_is_slower_at_batch_1(tmp_path):
 
     if not vllm_available():
         pytest.skip(
-            "OPTIONAL: vLLM is not installed here (pip install vllm on a CUDA machine to run this part)"
+            "OPTIONAL: vLLM is not installed here (pip "
+            "install vllm on a CUDA machine to run this part)"
         )
     from mini_vllm.models.loader import load_model
 

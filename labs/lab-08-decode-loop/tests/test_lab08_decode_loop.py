@@ -1,4 +1,5 @@
-"""Lab 08 — the decode loop: stop rules, top-k/top-p, one forward, prefill + decode with a KV cache, timing.
+"""Lab 08 — the decode loop: stop rules, top-k/top-p,
+one forward, prefill + decode with a KV cache, timing.
 
 The model is mini_vllm's `tiny` Llama (random weights, CPU, milliseconds a forward).
 `Recorder` wraps it to see what the loop asks for: the token ids and positions of each

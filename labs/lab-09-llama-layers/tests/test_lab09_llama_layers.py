@@ -265,8 +265,8 @@ def test_attention_decode_step_writes_at_start_pos_and_reads_the_whole_cache():
 
 
 def test_attention_several_new_tokens_on_top_of_a_filled_cache():
-    # A prompt in two chunks: the second chunk's queries see the first chunk and,
-    # causally, themselves.
+    # A prompt in two chunks: the second chunk's queries
+    # see the first chunk and, causally, themselves.
     backend, cache = impl.ContiguousAttentionBackend(), new_cache(1, 8)
     q, k, v = qkv(6, seed=60)
     backend.forward(q[:4], k[:4], v[:4], cache, impl.ContiguousAttentionMetadata.prefill(1, 4))
@@ -359,7 +359,8 @@ def tiny_pair():
 
 
 def run_steps(model, backend, prompts, decode_tokens):
-    """Prefill a batch of equal-length prompts, then decode the given tokens; logits of every step."""
+    """Prefill a batch of equal-length prompts, then
+    decode the given tokens; logits of every step."""
     cfg = model.config
     batch, n = len(prompts), len(prompts[0])
     cache = [

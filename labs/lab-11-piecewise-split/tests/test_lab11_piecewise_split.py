@@ -66,7 +66,8 @@ def num_layers(model):
 
 
 def batch(rows):
-    """Inputs and attention metadata for rows given as (tokens already cached, new tokens, block table)."""
+    """Inputs and attention metadata for rows given as
+    (tokens already cached, new tokens, block table)."""
     ids, positions, slots, query_lens, seq_lens = [], [], [], [], []
     for cached, new, table in rows:
         for p in range(cached, cached + new):
@@ -104,8 +105,13 @@ def run(fn, rows, model=None):
         return fn(ids, positions).clone()
 
 
+def _is_attention_call(node):
+    return node.op == "call_function" and "mini_vllm.attention" in str(node.target)
+
+
 def is_attention_layer(gm):
-    """This file's own test for the fx form: a call_module node whose module is an Attention layer."""
+    """This file's own test for the fx form: a call_module
+    node whose module is an Attention layer."""
     return lambda node: (
         node.op == "call_module" and isinstance(gm.get_submodule(node.target), Attention)
     )
@@ -132,7 +138,8 @@ def course_graph(model):
 
 
 def split_course_graph(gm):
-    """Your split of the course's trace (called in each test, so a TODO fails the test, not its set-up)."""
+    """Your split of the course's trace (called in each
+    test, so a TODO fails the test, not its set-up)."""
     split, items = impl.split_graph(gm, is_attention_layer(gm))
     return gm, split, items
 
@@ -277,7 +284,7 @@ def test_a_model_without_attention_is_one_capturable_piece():
 @pytest.mark.parametrize("leading_op", [False, True], ids=["attention-first", "add-first"])
 def test_adjacent_attention_calls_leave_no_empty_piece(leading_op):
     gm = custom_op_graph(leading_op)
-    is_op = lambda node: node.op == "call_function" and "mini_vllm.attention" in str(node.target)  # noqa: E731
+    is_op = _is_attention_call
     _, items = impl.split_graph(gm, is_op)
     expected = ([False] if leading_op else []) + [True, True, False]
     assert [item.is_splitting_graph for item in items] == expected
@@ -297,7 +304,7 @@ def test_pieces_come_back_in_graph_order_even_past_ten_pieces():
         graph.call_function(torch.ops.mini_vllm.attention.default, (x, x, x, out, f"layer.{i}"))
     graph.output(graph.call_function(torch.add, (x, outs[-1])))
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
-    is_op = lambda node: node.op == "call_function" and "mini_vllm.attention" in str(node.target)  # noqa: E731
+    is_op = _is_attention_call
     _, items = impl.split_graph(gm, is_op)
     assert [item.is_splitting_graph for item in items] == [False, True] * 6 + [False]
     layer_names = [
