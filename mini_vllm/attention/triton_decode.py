@@ -113,35 +113,28 @@ if triton is not None:
 
     @triton.jit
     def _cached_kv_tile(
-        key_cache_ptr,
-        value_cache_ptr,
-        tables_ptr,
-        request,
-        stride_table,
-        tokens,
-        visible,
-        kv_head,
-        dims,
-        NUM_KV_HEADS: tl.constexpr,
-        HEAD_DIM: tl.constexpr,
+        key_rows,
+        value_rows,
+        table_row,
+        start,
+        end,
+        row,
         BLOCK_SIZE: tl.constexpr,
+        BLOCK_N: tl.constexpr,
     ):
-        """Keys and values `[tokens, HEAD_DIM]` (float32) of `request`'s cached `tokens`, found
-        through its block table; masked rows (`visible` False) read as 0."""
-        blocks = tl.load(
-            tables_ptr + request * stride_table + tokens // BLOCK_SIZE, mask=visible, other=0
-        )
-        row = NUM_KV_HEADS * HEAD_DIM
-        offsets = (
-            (blocks * BLOCK_SIZE + tokens % BLOCK_SIZE)[:, None] * row
-            + kv_head * HEAD_DIM
-            + dims[None, :]
-        )
+        """Keys and values `[BLOCK_N, HEAD_DIM]` (float32) of the cached tokens from `start`,
+        found through a request's block table (`table_row`); tokens from `end` on are masked
+        (`visible` False) and read as 0. `key_rows` / `value_rows` point at the KV head's
+        columns of slot 0; a slot is `row` elements long."""
+        tokens = start + tl.arange(0, BLOCK_N)
+        visible = tokens < end
+        blocks = tl.load(table_row + tokens // BLOCK_SIZE, mask=visible, other=0)
+        slots = (blocks * BLOCK_SIZE + tokens % BLOCK_SIZE)[:, None] * row
         # Keys and values are both requested before either is used: one trip to memory
         # per tile, not two (the cache is cold: the weights evicted it).
-        keys = tl.load(key_cache_ptr + offsets, mask=visible[:, None], other=0.0).to(tl.float32)
-        values = tl.load(value_cache_ptr + offsets, mask=visible[:, None], other=0.0).to(tl.float32)
-        return keys, values
+        keys = tl.load(key_rows + slots, mask=visible[:, None], other=0.0).to(tl.float32)
+        values = tl.load(value_rows + slots, mask=visible[:, None], other=0.0).to(tl.float32)
+        return keys, values, visible
 
     # ANCHOR: paged_decode_kernel
     @triton.jit
@@ -180,6 +173,9 @@ if triton is not None:
         kv_head = head // GROUP
         dims = tl.arange(0, HEAD_DIM)
         row = NUM_KV_HEADS * HEAD_DIM
+        table_row = tables_ptr + request * stride_table  # this request's block table
+        key_rows = key_cache_ptr + kv_head * HEAD_DIM + dims[None, :]
+        value_rows = value_cache_ptr + kv_head * HEAD_DIM + dims[None, :]
         # The step's own key and value come from the inputs, not from the cache ...
         new_key = tl.load(k_ptr + request * stride_k + kv_head * HEAD_DIM + dims)
         new_value = tl.load(v_ptr + request * stride_v + kv_head * HEAD_DIM + dims)
@@ -215,21 +211,8 @@ if triton is not None:
         acc = new_value.to(tl.float32)
         past = tl.maximum(tl.load(seq_lens_ptr + request), 1) - 1
         for start in range(0, past, BLOCK_N):
-            tokens = start + tl.arange(0, BLOCK_N)
-            visible = tokens < past
-            keys, values = _cached_kv_tile(
-                key_cache_ptr,
-                value_cache_ptr,
-                tables_ptr,
-                request,
-                stride_table,
-                tokens,
-                visible,
-                kv_head,
-                dims,
-                NUM_KV_HEADS,
-                HEAD_DIM,
-                BLOCK_SIZE,
+            keys, values, visible = _cached_kv_tile(
+                key_rows, value_rows, table_row, start, past, row, BLOCK_SIZE, BLOCK_N
             )
             scores = tl.where(visible, tl.sum(keys * q[None, :], axis=1) * scale, float("-inf"))
             new_max = tl.maximum(running_max, tl.max(scores, axis=0))
@@ -289,6 +272,9 @@ if triton is not None:
         real_head = group < GROUP
         dims = tl.arange(0, HEAD_DIM)
         row = NUM_KV_HEADS * HEAD_DIM
+        table_row = tables_ptr + request * stride_table  # this request's block table
+        key_rows = key_cache_ptr + kv_head * HEAD_DIM + dims[None, :]
+        value_rows = value_cache_ptr + kv_head * HEAD_DIM + dims[None, :]
         q = tl.load(
             q_ptr + request * stride_q_tok + heads[:, None] * stride_q_head + dims[None, :],
             mask=real_head[:, None],
@@ -338,21 +324,8 @@ if triton is not None:
         start = split * chunk
         end = tl.minimum(past, start + chunk)
         for block_start in range(start, end, BLOCK_N):
-            tokens = block_start + tl.arange(0, BLOCK_N)
-            visible = tokens < end
-            keys, values = _cached_kv_tile(
-                key_cache_ptr,
-                value_cache_ptr,
-                tables_ptr,
-                request,
-                stride_table,
-                tokens,
-                visible,
-                kv_head,
-                dims,
-                NUM_KV_HEADS,
-                HEAD_DIM,
-                BLOCK_SIZE,
+            keys, values, visible = _cached_kv_tile(
+                key_rows, value_rows, table_row, block_start, end, row, BLOCK_SIZE, BLOCK_N
             )
             scores = tl.sum(q[:, None, :] * keys[None, :, :], axis=2) * scale  # [group, tokens]
             scores = tl.where(visible[None, :], scores, float("-inf"))
