@@ -139,34 +139,13 @@ if triton is not None:
     # ANCHOR: paged_decode_kernel
     @triton.jit
     def _paged_decode_kernel(
-        q_ptr,
-        k_ptr,
-        v_ptr,
-        key_cache_ptr,
-        value_cache_ptr,
-        out_ptr,
-        tables_ptr,
-        seq_lens_ptr,
-        slot_ptr,
-        scratch_slot,
-        stride_q_tok,
-        stride_q_head,
-        stride_k,
-        stride_v,
-        stride_o_tok,
-        stride_o_head,
-        stride_table,
-        scale,
-        positions_ptr,
-        cos_sin_ptr,
-        NUM_KV_HEADS: tl.constexpr,
-        GROUP: tl.constexpr,
-        HEAD_DIM: tl.constexpr,
-        BLOCK_SIZE: tl.constexpr,
-        BLOCK_N: tl.constexpr,
-        ROPE: tl.constexpr = False,
+        q_ptr, k_ptr, v_ptr, key_cache_ptr, value_cache_ptr, out_ptr, tables_ptr, seq_lens_ptr,
+        slot_ptr, scratch_slot, stride_q_tok, stride_q_head, stride_k, stride_v, stride_o_tok,
+        stride_o_head, stride_table, scale, positions_ptr, cos_sin_ptr,
+        NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, ROPE: tl.constexpr = False,
         PDL: tl.constexpr = False,
-    ):
+    ):  # fmt: skip
         _wait_for_inputs(PDL)
         request = tl.program_id(0)
         head = tl.program_id(1)
@@ -184,20 +163,12 @@ if triton is not None:
             cos, sin, partner = _rope_rows(
                 positions_ptr, cos_sin_ptr, request, dims, HEAD_DIM, q_ptr.dtype.element_ty
             )
-            q = _rotate(
-                q,
-                tl.load(q_ptr + request * stride_q_tok + head * stride_q_head + partner),
-                cos,
-                sin,
-                q_ptr.dtype.element_ty,
+            q_partner = tl.load(q_ptr + request * stride_q_tok + head * stride_q_head + partner)
+            k_partner = tl.load(k_ptr + request * stride_k + kv_head * HEAD_DIM + partner)
+            q = _rotate(q, q_partner, cos, sin, q_ptr.dtype.element_ty)
+            new_key = _rotate(new_key, k_partner, cos, sin, q_ptr.dtype.element_ty).to(
+                new_key.dtype
             )
-            new_key = _rotate(
-                new_key,
-                tl.load(k_ptr + request * stride_k + kv_head * HEAD_DIM + partner),
-                cos,
-                sin,
-                q_ptr.dtype.element_ty,
-            ).to(new_key.dtype)
         # ... and the first query head of each group stores them for later steps
         # (slot -1, a padded row, goes to the scratch slot).
         if head % GROUP == 0:
@@ -231,36 +202,13 @@ if triton is not None:
     # ANCHOR: split_decode_kernels
     @triton.jit
     def _paged_decode_split_kernel(
-        q_ptr,
-        k_ptr,
-        v_ptr,
-        key_cache_ptr,
-        value_cache_ptr,
-        tables_ptr,
-        seq_lens_ptr,
-        slot_ptr,
-        scratch_slot,
-        part_acc_ptr,
-        part_max_ptr,
-        part_sum_ptr,
-        stride_q_tok,
-        stride_q_head,
-        stride_k,
-        stride_v,
-        stride_table,
-        scale,
-        positions_ptr,
-        cos_sin_ptr,
-        NUM_KV_HEADS: tl.constexpr,
-        GROUP: tl.constexpr,
-        GROUP_PAD: tl.constexpr,
-        HEAD_DIM: tl.constexpr,
-        BLOCK_SIZE: tl.constexpr,
-        BLOCK_N: tl.constexpr,
-        NUM_SPLITS: tl.constexpr,
-        ROPE: tl.constexpr = False,
-        PDL: tl.constexpr = False,
-    ):
+        q_ptr, k_ptr, v_ptr, key_cache_ptr, value_cache_ptr, tables_ptr, seq_lens_ptr, slot_ptr,
+        scratch_slot, part_acc_ptr, part_max_ptr, part_sum_ptr, stride_q_tok, stride_q_head,
+        stride_k, stride_v, stride_table, scale, positions_ptr, cos_sin_ptr,
+        NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
+        HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+        NUM_SPLITS: tl.constexpr, ROPE: tl.constexpr = False, PDL: tl.constexpr = False,
+    ):  # fmt: skip
         _wait_for_inputs(PDL)
         # One program per (request, KV head, slice of the cached tokens), for all the
         # query heads that read this KV head at once: each key is loaded once for the group.
@@ -294,14 +242,9 @@ if triton is not None:
                 mask=real_head[:, None],
                 other=0.0,
             )
+            k_partner = tl.load(k_ptr + request * stride_k + kv_head * HEAD_DIM + partner)
             q = _rotate(q, q_partner, cos[None, :], sin[None, :], q_ptr.dtype.element_ty)
-            new_key = _rotate(
-                new_key,
-                tl.load(k_ptr + request * stride_k + kv_head * HEAD_DIM + partner),
-                cos,
-                sin,
-                q_ptr.dtype.element_ty,
-            )
+            new_key = _rotate(new_key, k_partner, cos, sin, q_ptr.dtype.element_ty)
         slot = tl.load(slot_ptr + request)
         slot = tl.where(slot < 0, scratch_slot, slot)
         store_mask = (dims < HEAD_DIM) & first
@@ -469,89 +412,36 @@ def triton_paged_decode(
         or cos_sin.shape[1] != 2
     ):
         raise ValueError("rope needs the float32 neox table [positions, 2, 1, head_dim]")
+    # Launch arguments in rows, as the kernels' signatures list them (the formatter would give
+    # each of the thirty its own line).
+    # fmt: off
     if splits > 1:
-        part_acc = torch.empty(
-            (num_reqs, num_heads, splits, head_dim), dtype=torch.float32, device=q.device
-        )
+        part_acc = torch.empty((num_reqs, num_heads, splits, head_dim), dtype=torch.float32,
+                               device=q.device)
         part_max = torch.empty((num_reqs, num_heads, splits), dtype=torch.float32, device=q.device)
         part_sum = torch.empty_like(part_max)
         _paged_decode_split_kernel[(num_reqs, num_kv_heads, splits)](
-            q,
-            k,
-            v,
-            kv_cache[0],
-            kv_cache[1],
-            block_tables,
-            seq_lens,
-            slot_mapping,
-            scratch,
-            part_acc,
-            part_max,
-            part_sum,
-            q.stride(0),
-            q.stride(1),
-            k.stride(0),
-            v.stride(0),
-            block_tables.stride(0),
-            scale,
-            positions,
-            cos_sin,
-            NUM_KV_HEADS=num_kv_heads,
-            GROUP=group,
-            GROUP_PAD=triton.next_power_of_2(group),
-            HEAD_DIM=head_dim,
-            BLOCK_SIZE=block_size,
-            BLOCK_N=32,
-            NUM_SPLITS=splits,
-            ROPE=rope is not None,
-            num_warps=4,
-            **pdl,
+            q, k, v, kv_cache[0], kv_cache[1], block_tables, seq_lens, slot_mapping, scratch,
+            part_acc, part_max, part_sum, q.stride(0), q.stride(1), k.stride(0), v.stride(0),
+            block_tables.stride(0), scale, positions, cos_sin,
+            NUM_KV_HEADS=num_kv_heads, GROUP=group, GROUP_PAD=triton.next_power_of_2(group),
+            HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_N=32, NUM_SPLITS=splits,
+            ROPE=rope is not None, num_warps=4, **pdl,
         )
         _merge_splits_kernel[(num_reqs, num_heads)](
-            part_acc,
-            part_max,
-            part_sum,
-            out,
-            out.stride(0),
-            out.stride(1),
-            NUM_HEADS=num_heads,
-            HEAD_DIM=head_dim,
-            NUM_SPLITS=splits,
-            num_warps=1,
-            **pdl,
+            part_acc, part_max, part_sum, out, out.stride(0), out.stride(1),
+            NUM_HEADS=num_heads, HEAD_DIM=head_dim, NUM_SPLITS=splits, num_warps=1, **pdl,
         )
         return out
     _paged_decode_kernel[(num_reqs, num_heads)](
-        q,
-        k,
-        v,
-        kv_cache[0],
-        kv_cache[1],
-        out,
-        block_tables,
-        seq_lens,
-        slot_mapping,
-        scratch,
-        q.stride(0),
-        q.stride(1),
-        k.stride(0),
-        v.stride(0),
-        out.stride(0),
-        out.stride(1),
-        block_tables.stride(0),
-        scale,
-        positions,
-        cos_sin,
-        NUM_KV_HEADS=num_kv_heads,
-        GROUP=group,
-        HEAD_DIM=head_dim,
-        BLOCK_SIZE=block_size,
+        q, k, v, kv_cache[0], kv_cache[1], out, block_tables, seq_lens, slot_mapping, scratch,
+        q.stride(0), q.stride(1), k.stride(0), v.stride(0), out.stride(0), out.stride(1),
+        block_tables.stride(0), scale, positions, cos_sin,
+        NUM_KV_HEADS=num_kv_heads, GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
         ROPE=rope is not None,
         # Tuned on an H100 (`git show ae239bb:scripts/gpu_attn_tune.py`): 128 cached tokens an
         # iteration and two warps a program beat 32/64 tokens and 1 or 4 warps at contexts
         # 128 to 1024.
-        BLOCK_N=128,
-        num_warps=2,
-        **pdl,
+        BLOCK_N=128, num_warps=2, **pdl,
     )
     return out

@@ -108,7 +108,7 @@ def run_decode_bench(
         # Inductor fuses the small elementwise ops around each matrix-vector product;
         # traced once, so prefill lengths and the 1-token decode share one graph.
         inductor_cache_dir()
-        TorchCompileWrapper.attach(model.model, CompilationMode.DYNAMO_TRACE_ONCE)
+        TorchCompileWrapper(model.model, CompilationMode.DYNAMO_TRACE_ONCE)
         log(
             "model compiled with torch.compile (DYNAMO_TRACE_ONCE); the warm-up request compiles it"
         )

@@ -12,22 +12,21 @@ import argparse
 import shlex
 from pathlib import Path
 
+from mini_vllm.cli.options import model_options, option
 
-def _add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--model",
-        default="smollm2-135m-instruct",
-        help="model name or HF directory (default: %(default)s)",
-    )
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    p.add_argument("--no-hf", action="store_true", help="time mini_vllm only")
+
+def _add_model_options(p: argparse.ArgumentParser, dtype: bool = True) -> None:
+    model_options(p, dtype=dtype)
+    option(p, "--no-hf", "time mini_vllm only", action="store_true")
 
 
 def _add_output_options(p: argparse.ArgumentParser, default: str) -> None:
-    p.add_argument(
-        "--output", default=None, help=f"markdown file for the result (default: {default})"
-    )
-    p.add_argument("--no-output", action="store_true", help="print only, write no file")
+    option(p, "--output", f"markdown file for the result (default: {default})")
+    option(p, "--no-output", "print only, write no file", action="store_true")
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)  # progress shows as it comes, also through a pipe
 
 
 def _write_result(args: argparse.Namespace, text: str, default: str) -> None:
@@ -43,69 +42,41 @@ def _add_decode(p: argparse.ArgumentParser) -> None:
     """Time mini_vllm's decode loop and transformers' generate on the same model, prompt and
     settings (greedy, EOS ignored), and print tokens/s for both and their ratio."""
     _add_model_options(p)
-    p.add_argument(
-        "--dtype",
-        default="auto",
-        help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16",
-    )
-    p.add_argument(
-        "--new-tokens",
-        type=int,
-        default=64,
-        help="tokens to generate per request (default: %(default)s)",
-    )
-    p.add_argument(
-        "--repeats",
-        type=int,
-        default=5,
-        help="timed repeats, median reported (default: %(default)s)",
-    )
-    p.add_argument(
-        "--warmup", type=int, default=1, help="untimed warm-up requests (default: %(default)s)"
-    )
-    p.add_argument(
+    option(p, "--new-tokens", "tokens to generate per request", type=int, default=64)
+    option(p, "--repeats", "timed repeats, median reported", type=int, default=5)
+    option(p, "--warmup", "untimed warm-up requests", type=int, default=1)
+    option(
+        p,
         "--compile",
+        "compile our model with torch.compile (Inductor) first; the warm-up request compiles it",
         action="store_true",
-        help="compile our model with torch.compile (Inductor) "
-        "first; the warm-up request compiles it",
     )
     _add_output_options(
         p,
-        "benchmarks/results/decode-<device type>.md, or decode-graphs-<device type>.md "
-        "with --modes",
+        "benchmarks/results/decode-<device type>.md, or "
+        "decode-graphs-<device type>.md with --modes",
     )
     g = p.add_argument_group(
         "graph modes (Phase 05): step time per batch size and mode, in one run"
     )
-    g.add_argument(
+    option(
+        g,
         "--modes",
-        default=None,
-        help="comma-separated modes among eager, full, piecewise, full_and_piecewise, "
-        "compile, compile+full, compile+piecewise, compile+full_and_piecewise, "
-        "full+async, compile+full+async (+async: async scheduling), "
-        "compile-nofusion+full[+async] (without the fusion pass); switches to the "
-        "engine benchmark (default model there: smollm2-135m, random weights)",
+        "comma-separated modes among eager, full, piecewise, full_and_piecewise, "
+        "compile, compile+full, compile+piecewise, compile+full_and_piecewise, full+async, "
+        "compile+full+async (+async: async scheduling), compile-nofusion+full[+async] (without "
+        "the fusion pass); switches to the engine benchmark (default model there: "
+        "smollm2-135m, random weights)",
     )
-    g.add_argument(
-        "--batch-sizes", default="1,2,4,8,16,32,64", help="comma-separated (default: %(default)s)"
-    )
-    g.add_argument(
-        "--context-len",
-        type=int,
-        default=128,
-        help="prompt tokens before decoding (default: %(default)s)",
-    )
-    g.add_argument(
-        "--steps", type=int, default=30, help="timed decode steps per point (default: %(default)s)"
-    )
-    g.add_argument(
-        "--compare-hf", action="store_true", help="also time transformers' eager generate"
-    )
-    g.add_argument(
+    option(g, "--batch-sizes", "comma-separated", default="1,2,4,8,16,32,64")
+    option(g, "--context-len", "prompt tokens before decoding", type=int, default=128)
+    option(g, "--steps", "timed decode steps per point", type=int, default=30)
+    option(g, "--compare-hf", "also time transformers' eager generate", action="store_true")
+    option(
+        g,
         "--compare-hf-compile",
+        "also time transformers with a static cache and torch.compile (CUDA, first batch size)",
         action="store_true",
-        help="also time transformers with a static cache and torch.compile "
-        "(CUDA, first batch size)",
     )
 
 
@@ -126,7 +97,7 @@ def _run_decode(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         warmup=args.warmup,
         with_hf=not args.no_hf,
-        log=lambda line: print(line, flush=True),
+        log=_say,
         compile=args.compile,
     )
     print(f"mini_vllm decode loop: {result.ours_tokens_per_s:.1f} tokens/s")
@@ -176,7 +147,7 @@ def _run_decode_graphs(args: argparse.Namespace) -> int:
         args.context_len,
         args.steps,
         compare_hf=args.compare_hf,
-        log=lambda line: print(line, flush=True),
+        log=_say,
         compare_hf_compile=args.compare_hf_compile,
     )
     command = "python -m mini_vllm bench decode " + " ".join(
@@ -225,17 +196,10 @@ def _decode_command_line(args: argparse.Namespace) -> str:
 def _add_throughput(p: argparse.ArgumentParser) -> None:
     """Generate for many prompts with mini_vllm's engine (all at once) and with transformers'
     generate (one after another) on the same weights; print tokens/s for both and the ratio."""
-    _add_model_options(p)
-    p.add_argument("--num-prompts", type=int, default=16, help="(default: %(default)s)")
-    p.add_argument(
-        "--new-tokens",
-        type=int,
-        default=64,
-        help="tokens generated per prompt (default: %(default)s)",
-    )
-    p.add_argument(
-        "--max-num-seqs", type=int, default=16, help="engine batch limit (default: %(default)s)"
-    )
+    _add_model_options(p, dtype=False)
+    option(p, "--num-prompts", "prompts served", type=int, default=16)
+    option(p, "--new-tokens", "tokens generated per prompt", type=int, default=64)
+    option(p, "--max-num-seqs", "engine batch limit", type=int, default=16)
     _add_output_options(p, "benchmarks/results/throughput-<device>.md")
 
 
@@ -248,15 +212,13 @@ def _run_throughput(args: argparse.Namespace) -> int:
 
     if args.num_prompts < 1 or args.new_tokens < 1 or args.max_num_seqs < 1:
         raise UserError("--num-prompts, --new-tokens and --max-num-seqs must be >= 1")
-    result = run_throughput_bench(
-        args.model,
-        args.device,
-        args.num_prompts,
-        args.new_tokens,
-        args.max_num_seqs,
+    options = dict(
+        num_prompts=args.num_prompts,
+        new_tokens=args.new_tokens,
+        max_num_seqs=args.max_num_seqs,
         with_hf=not args.no_hf,
-        log=lambda line: print(line, flush=True),
     )
+    result = run_throughput_bench(args.model, args.device, log=_say, **options)
     words = [
         "python",
         "-m",

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mini_vllm.cli.options import model_options, option
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
@@ -22,53 +24,18 @@ def add_parser(subparsers) -> None:
         "inter-token latency and tokens/s. Several prompts are served together "
         "by the engine (continuous batching), which then prints its statistics.",
     )
-    p.add_argument(
-        "prompts",
-        nargs="+",
-        metavar="PROMPT",
-        help="the prompt text (several: batched by the engine)",
+    p.add_argument("prompts", nargs="+", metavar="PROMPT", help="several: batched by the engine")
+    model_options(p)
+    option(p, "--chat", "wrap the prompt in the chat template, as a user turn", action="store_true")
+    option(p, "--max-tokens", "new tokens at most", type=int, default=64)
+    option(p, "--temperature", "0 = greedy", type=float, default=0.0)
+    option(p, "--top-k", "keep the k most likely tokens (-1: off)", type=int, default=-1)
+    option(
+        p, "--top-p", "keep the most likely tokens up to this probability", type=float, default=1.0
     )
-    p.add_argument(
-        "--chat",
-        action="store_true",
-        help="wrap the prompt in the model's chat template as a user turn",
-    )
-    p.add_argument(
-        "--max-tokens", type=int, default=64, help="new tokens at most (default: %(default)s)"
-    )
-    p.add_argument(
-        "--temperature", type=float, default=0.0, help="0 = greedy (default: %(default)s)"
-    )
-    p.add_argument("--top-k", type=int, default=-1, help="keep the k most likely tokens (-1: off)")
-    p.add_argument(
-        "--top-p",
-        type=float,
-        default=1.0,
-        help="keep the smallest set with this much probability (1: off)",
-    )
-    p.add_argument(
-        "--seed", type=int, default=None, help="seed of this request's sampling generator"
-    )
-    p.add_argument(
-        "--ignore-eos", action="store_true", help="keep generating past the end-of-sequence token"
-    )
-    p.add_argument(
-        "--model",
-        default="smollm2-135m-instruct",
-        help="smollm2-135m-instruct (real weights, default), tiny, smollm2-135m, "
-        "llama-3.2-1b-like (random weights), or a Hugging Face model directory",
-    )
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default: %(default)s)")
-    p.add_argument(
-        "--dtype",
-        default="auto",
-        help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16",
-    )
-    p.add_argument(
-        "--enforce-eager",
-        action="store_true",
-        help="several prompts on a GPU: no CUDA graphs (the engine's default captures them)",
-    )
+    option(p, "--seed", "seed of this request's sampling generator", type=int)
+    option(p, "--ignore-eos", "keep generating past the end-of-sequence token", action="store_true")
+    option(p, "--enforce-eager", "several prompts on a GPU: no CUDA graphs", action="store_true")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,14 +43,9 @@ def run(args: argparse.Namespace) -> int:
     from mini_vllm.models.loader import resolve_device
     from mini_vllm.sampling_params import SamplingParams
 
-    params = SamplingParams(
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        max_tokens=args.max_tokens,
-        seed=args.seed,
-        ignore_eos=args.ignore_eos,
-    )
+    # The sampling flags are SamplingParams' fields, by the same names.
+    sampling = ("temperature", "top_k", "top_p", "max_tokens", "seed", "ignore_eos")
+    params = SamplingParams(**{name: getattr(args, name) for name in sampling})
     resolve_device(args.device)  # fail on a missing GPU before loading anything
 
     from mini_vllm.models.loader import load_model

@@ -97,7 +97,7 @@ def build_graph_forward(
         if compilation_mode is CompilationMode.VLLM_COMPILE:
             result.fusion = backend.name == "cuda" if fusion is None else fusion
             piece_backend = PiecewiseCompileBackend(pieces, stats, fusion=result.fusion)
-        result.compiler = TorchCompileWrapper.attach(model, compilation_mode, piece_backend, stats)
+        result.compiler = TorchCompileWrapper(model, compilation_mode, piece_backend, stats)
         result.compile_stats = stats
     elif mode.requires_piecewise_compilation():
         # ANCHOR: fx_pieces

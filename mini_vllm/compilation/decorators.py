@@ -38,7 +38,7 @@ __all__ = ["TorchCompileWrapper", "support_torch_compile"]
 
 # ANCHOR: support_torch_compile
 def support_torch_compile(cls=None, *, dynamic_arg_dims: dict[str, int] | None = None):
-    """Class decorator: instances can be compiled with `TorchCompileWrapper.attach(model, ...)`.
+    """Class decorator: instances can be compiled with `TorchCompileWrapper(model, mode, ...)`.
 
     `dynamic_arg_dims` names the forward arguments whose dimension is symbolic; by
     default dimension 0 of `input_ids` and `positions`, the token dimension.
@@ -89,7 +89,11 @@ class _CountingInductor:
 
 # ANCHOR: compile_wrapper
 class TorchCompileWrapper:
-    """Compiles a decorated model's forward once and dispatches every later call to it."""
+    """Compiles a decorated model's forward once and dispatches every later call to it.
+
+    Building one attaches it: from then on, calling the model runs the compiled code (and
+    its attention layers go through the opaque op), until `detach(model)`.
+    """
 
     def __init__(
         self,
@@ -119,6 +123,8 @@ class TorchCompileWrapper:
         self.compiled = torch.compile(
             model.forward, backend=self.backend, fullgraph=True, dynamic=False
         )
+        use_attention_op(model)
+        model.__dict__["_compile_wrapper"] = self  # the decorated __call__ routes here
 
     # ANCHOR: trace_once
     def _bytecode_hook(self, old_code, new_code) -> None:
@@ -167,20 +173,6 @@ class TorchCompileWrapper:
     @property
     def num_recompiles(self) -> int:
         return max(0, self.stats.dynamo_graphs - 1)
-
-    @classmethod
-    def attach(
-        cls,
-        model: torch.nn.Module,
-        mode: CompilationMode,
-        backend: Callable | None = None,
-        stats: CompileStats | None = None,
-    ) -> TorchCompileWrapper:
-        """Compile `model` under `mode`: from now on calling the model runs the compiled code."""
-        use_attention_op(model)
-        wrapper = cls(model, mode, backend, stats)
-        model.__dict__["_compile_wrapper"] = wrapper
-        return wrapper
 
     @staticmethod
     def detach(model: torch.nn.Module) -> None:

@@ -34,15 +34,15 @@ class Attention(nn.Module):
         self, layer_idx: int, num_heads: int, num_kv_heads: int, head_dim: int, scale: float
     ) -> None:
         super().__init__()
-        if num_heads % num_kv_heads:
-            raise UserError(
-                f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})"
-            )
         self.layer_idx = layer_idx
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.scale = scale
+        if num_heads % num_kv_heads:  # grouped-query attention: whole groups of query heads
+            raise UserError(
+                f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})"
+            )
         # Plain attributes, not buffers: the cache belongs to whoever allocated it
         # and must not travel with the model's state_dict or `.to()`.
         self.kv_cache: torch.Tensor | None = None

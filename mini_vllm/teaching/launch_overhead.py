@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from mini_vllm.models.config import MODEL_CONFIGS, LlamaConfig
+
 __all__ = [
     "CROSSOVER_THRESHOLD",
     "GRAPH_NODE_GAP_US",
@@ -376,6 +378,22 @@ GRAPH_LAUNCH_US = 10.0  # one cudaGraphLaunch: a few to ~10 µs of host time, no
 # the low end, for kernels that are themselves next to free.
 GRAPH_NODE_GAP_US = 1.0
 
+
+def _shape_of(config: LlamaConfig, **step: int) -> dict:
+    """`_llama_kernels`' model arguments for a named shape of mini_vllm/models/config.py,
+    plus the step's own (`context_len`, `extra_per_layer`, `sampler_kernels`)."""
+    return dict(
+        layers=config.num_hidden_layers,
+        hidden=config.hidden_size,
+        heads=config.num_attention_heads,
+        kv_heads=config.num_key_value_heads,
+        head_dim=config.head_dim,
+        mlp=config.intermediate_size,
+        vocab=config.vocab_size,
+        **step,
+    )
+
+
 _LLAMA31_8B = dict(
     layers=32,
     hidden=4096,
@@ -388,17 +406,8 @@ _LLAMA31_8B = dict(
     extra_per_layer=4,
     sampler_kernels=10,
 )
-_SMOLLM2_135M = dict(
-    layers=30,
-    hidden=576,
-    heads=9,
-    kv_heads=3,
-    head_dim=64,
-    mlp=1536,
-    vocab=49152,
-    context_len=128,
-    extra_per_layer=35,
-    sampler_kernels=11,
+_SMOLLM2_135M = _shape_of(
+    MODEL_CONFIGS["smollm2-135m"], context_len=128, extra_per_layer=35, sampler_kernels=11
 )
 
 PRESETS: dict[str, Preset] = {
