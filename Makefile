@@ -10,7 +10,7 @@ demo:            ## install what is missing, then run the demo
 test:            ## install what is missing, then run the whole test suite
 	$(PY) scripts/bootstrap.py test
 
-test-fast: setup ## the tests without the notebooks and the real weights (a minute or two)
+test-fast: setup ## the tests without the notebooks and the real weights
 	$(VENV_PY) -m pytest -n 2 -m "not real_weights" --ignore=tests/test_notebooks.py
 
 lint:            ## what CI checks first: ruff's lint rules and formatting (pyproject.toml)
