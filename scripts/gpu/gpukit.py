@@ -73,3 +73,48 @@ def run_script(
         measure(args, report)
     print(f"wrote {path}")
     return 0
+
+
+def engine_options(parser: argparse.ArgumentParser, mode: str) -> None:
+    """--model (a model shape) and --mode (an engine mode of mini_vllm.bench.harness.MODES)."""
+    from mini_vllm.bench.harness import MODES
+
+    parser.add_argument(
+        "--model", default="smollm2-135m", help="a model shape (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--mode", default=mode, choices=sorted(MODES), help="engine mode (default: %(default)s)"
+    )
+
+
+def decoding_engine(args: argparse.Namespace, new_tokens: int, warm_steps: int):
+    """An engine of `args.mode` on `args.model` whose next steps decode one request (context
+    128), after `warm_steps` untimed decode steps."""
+    from mini_vllm.bench.harness import decode_engine, start_decoding
+    from mini_vllm.models.loader import load_model
+
+    model, _, _ = load_model(args.model, device="cuda", progress=False)
+    engine = decode_engine(model, args.mode, [1], context_len=128, new_tokens=new_tokens)
+    start_decoding(engine, batch=1, context_len=128, new_tokens=new_tokens)
+    for _ in range(warm_steps):
+        engine.step()
+    return engine
+
+
+def host_profile(engine, steps: int, orders: Sequence[tuple[str, int]]) -> list[str]:
+    """cProfile of `steps` engine steps: one table per (sort order, rows)."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        engine.step()
+    profiler.disable()
+    tables = []
+    for order, rows in orders:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(rows)
+        tables.append(text.getvalue())
+    return tables

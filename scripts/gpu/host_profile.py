@@ -12,57 +12,28 @@ when the host is the slower side.
 
 from __future__ import annotations
 
-import cProfile
-import io
-import pstats
 import sys
 import time
 
-from gpukit import run_script
+from gpukit import decoding_engine, engine_options, host_profile, run_script
 
 
 def add_arguments(parser) -> None:
-    from mini_vllm.bench.harness import MODES
-
-    parser.add_argument(
-        "--model", default="smollm2-135m", help="a model shape (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--mode",
-        default="compile+full+async",
-        choices=sorted(MODES),
-        help="engine mode (default: %(default)s)",
-    )
+    engine_options(parser, mode="compile+full+async")
 
 
 def measure(args, report) -> None:
     import torch
 
-    from mini_vllm.bench.harness import decode_engine, start_decoding
-    from mini_vllm.models.loader import load_model
-
-    model, _, _ = load_model(args.model, device="cuda", progress=False)
-    engine = decode_engine(model, args.mode, [1], context_len=128, new_tokens=450)
-    start_decoding(engine, batch=1, context_len=128, new_tokens=450)
-    for _ in range(30):
-        engine.step()
+    engine = decoding_engine(args, new_tokens=450, warm_steps=30)
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(200):
         engine.step()
-    report(
-        f"{args.model} {args.mode}: {(time.perf_counter() - start) / 200 * 1e3:.3f} "
-        "ms a step without the profiler"
-    )
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(200):
-        engine.step()
-    profiler.disable()
-    for order, rows in (("tottime", 22), ("cumulative", 30)):
-        text = io.StringIO()
-        pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(rows)
-        report(text.getvalue())
+    per_step_ms = (time.perf_counter() - start) / 200 * 1e3
+    report(f"{args.model} {args.mode}: {per_step_ms:.3f} ms a step without the profiler")
+    for table in host_profile(engine, 200, [("tottime", 22), ("cumulative", 30)]):
+        report(table)
 
 
 if __name__ == "__main__":

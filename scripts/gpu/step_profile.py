@@ -12,45 +12,21 @@ wait as its time.
 
 from __future__ import annotations
 
-import cProfile
-import io
-import pstats
 import sys
 
-from gpukit import run_script
+from gpukit import decoding_engine, engine_options, host_profile, run_script
 
 
 def add_arguments(parser) -> None:
-    from mini_vllm.bench.harness import MODES
-
-    parser.add_argument(
-        "--model", default="smollm2-135m", help="a model shape (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--mode",
-        default="compile+full",
-        choices=sorted(MODES),
-        help="engine mode (default: %(default)s)",
-    )
+    engine_options(parser, mode="compile+full")
 
 
 def measure(args, report) -> None:
-    from mini_vllm.bench.harness import decode_engine, kernel_table, start_decoding
-    from mini_vllm.models.loader import load_model
+    from mini_vllm.bench.harness import kernel_table
 
-    model, _, _ = load_model(args.model, device="cuda", progress=False)
-    engine = decode_engine(model, args.mode, [1], context_len=128, new_tokens=300)
-    start_decoding(engine, batch=1, context_len=128, new_tokens=300)
-    for _ in range(20):
-        engine.step()
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(200):
-        engine.step()
-    profiler.disable()
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
-    report(text.getvalue())
+    engine = decoding_engine(args, new_tokens=300, warm_steps=20)
+    (table,) = host_profile(engine, 200, [("tottime", 25)])
+    report(table)
     report(kernel_table(engine, steps=10))
 
 
