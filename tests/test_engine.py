@@ -32,7 +32,7 @@ def test_batched_with_preemption_equals_each_prompt_alone(alone_outputs):
     llm = LLM(
         "tiny",
         max_num_seqs=8,
-        max_model_len=128,
+        max_model_len=64,
         block_size=4,
         num_kv_blocks=20,
         max_num_batched_tokens=64,
@@ -214,3 +214,34 @@ def test_a_model_that_outlives_its_engine_lets_the_cache_go(tiny):
     )
     second = LLM.from_model(model, max_num_seqs=2, max_model_len=64)  # the model still serves
     assert second.generate([[1, 2, 3]], GREEDY, use_tqdm=False)[0].token_ids == expected
+
+
+# The equality tests above prove something only if a wrong KV cache changes the output.
+def test_the_tiny_models_output_depends_on_the_whole_prompt():
+    llm = LLM("tiny", max_num_seqs=8, max_model_len=128)
+    prompts = random_prompts(n=16, seed=5, longest=20)
+    prompts = [p + [7, 8] for p in prompts]  # the same last tokens everywhere
+    first_changed = [[(p[0] + 1) % 256, *p[1:]] for p in prompts]
+    a = llm.generate(prompts, GREEDY, use_tqdm=False)
+    b = llm.generate(first_changed, GREEDY, use_tqdm=False)
+    assert sum(x.token_ids != y.token_ids for x, y in zip(a, b)) >= 12
+
+
+def test_a_corrupted_kv_block_changes_the_tiny_models_output():
+    import torch
+
+    llm = LLM("tiny", max_num_seqs=1, max_model_len=128, block_size=4)
+    engine = llm.engine
+    changed = 0
+    for prompt in random_prompts(n=8, seed=6, longest=20):
+        prompt = prompt + [9] * 8  # at least two blocks
+        clean = llm.generate([prompt], GREEDY, use_tqdm=False)[0].token_ids
+        seq = engine.add_request(prompt, GREEDY)
+        engine.step()  # the prefill: the prompt's K/V is in the cache now
+        with torch.no_grad():
+            for cache in engine.runner.kv_caches:
+                cache[:, seq.block_table[0]].normal_(generator=torch.Generator().manual_seed(0))
+        while engine.has_unfinished_requests():
+            engine.step()
+        changed += list(seq.output_token_ids) != clean
+    assert changed >= 6

@@ -41,6 +41,8 @@ class LlamaConfig:
     bos_token_id: int | None = 1
     # Llama 3 checkpoints list several end tokens; keep them all.
     eos_token_id: int | tuple[int, ...] | None = 2
+    # Std of the normal draw random weights get (Hugging Face's name for it).
+    initializer_range: float = 0.02
     name: str = field(default="custom", compare=False)
 
     def __post_init__(self) -> None:
@@ -148,6 +150,7 @@ class LlamaConfig:
             tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
             bos_token_id=hf.get("bos_token_id"),
             eos_token_id=hf.get("eos_token_id"),
+            initializer_range=float(hf.get("initializer_range", 0.02)),
             name=name,
         )
 
@@ -174,6 +177,7 @@ class LlamaConfig:
             "tie_word_embeddings": self.tie_word_embeddings,
             "bos_token_id": self.bos_token_id,
             "eos_token_id": list(eos) if isinstance(eos, tuple) else eos,
+            "initializer_range": self.initializer_range,
             "attention_bias": False,
             "mlp_bias": False,
             "torch_dtype": "float32",
@@ -186,12 +190,15 @@ class LlamaConfig:
 # fmt: off
 MODEL_CONFIGS: dict[str, LlamaConfig] = {
     # 4 query heads share 2 KV heads, so GQA grouping is exercised; the vocabulary
-    # covers the 256 bytes plus BOS/EOS so the byte tokenizer can drive it.
+    # covers the 256 bytes plus BOS/EOS so the byte tokenizer can drive it. Weights of
+    # std 0.2, not 0.02: at 0.02 the residual stream is the last token's embedding and
+    # greedy decoding repeats it whatever came before, so a test could not tell a
+    # correct KV cache from a corrupted one (tests/test_engine.py checks it can).
     "tiny": LlamaConfig(
         vocab_size=260, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5,
         rope_theta=10000.0, max_position_embeddings=256, tie_word_embeddings=True,
-        bos_token_id=256, eos_token_id=257, name="tiny",
+        bos_token_id=256, eos_token_id=257, initializer_range=0.2, name="tiny",
     ),
     "smollm2-135m": LlamaConfig(
         vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,

@@ -40,6 +40,7 @@ from mini_vllm.weights.snapshot import load_snapshot, save_snapshot
 __all__ = [
     "DEFAULT_MODEL",
     "load_model",
+    "load_model_config",
     "model_names",
     "random_init",
     "resolve_device",
@@ -70,8 +71,8 @@ def resolve_device(device: str | torch.device) -> torch.device:
         raise UserError(f"unknown device {device!r}; use cpu or cuda (or cuda:N)") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(
-            f"--device {device} was asked for, but CUDA is not available here (torch "
-            f"{torch.__version__}, torch.cuda.is_available() is False); use --device cpu"
+            f"device {str(device)!r} was asked for, but CUDA is not available here (torch "
+            f"{torch.__version__}, torch.cuda.is_available() is False); use the cpu device"
         )
     return device
 
@@ -112,14 +113,17 @@ def build_model(
 
 
 # ANCHOR: random_init
-def random_init(model: LlamaForCausalLM, seed: int = 0, std: float = 0.02) -> None:
+def random_init(model: LlamaForCausalLM, seed: int = 0, std: float | None = None) -> None:
     """Normal(0, std) matrices and unit norm weights, drawn on the CPU in float32.
+
+    `std` defaults to the model config's `initializer_range`.
 
     Drawing on the CPU in a fixed order makes the weights a function of `seed` alone:
     a bf16 CUDA model and a float32 CPU model built with the same seed hold the same
     numbers (up to the cast), which is what GPU-vs-CPU tests compare.
     """
     generator = torch.Generator().manual_seed(seed)
+    std = model.config.initializer_range if std is None else std
     for name, param in model.named_parameters():
         if name.endswith("norm.weight"):
             param.data.fill_(1.0)
@@ -165,10 +169,27 @@ def _converted_smollm2_dir(progress: bool) -> Path:
     return cached_entry(DEFAULT_MODEL, f"{gguf_path.name}|{stat.st_size}|{stat.st_mtime_ns}", build)
 
 
+def load_model_config(name_or_path: str | Path = DEFAULT_MODEL, progress: bool = True):
+    """The model's shape alone, read without building it (the engine checks its KV
+    cache against it before anything is allocated)."""
+    name = str(name_or_path)
+    if name == DEFAULT_MODEL:
+        config = read_hf_config(_converted_smollm2_dir(progress))
+        config.name = DEFAULT_MODEL
+        return config
+    if name in MODEL_CONFIGS:
+        return get_model_config(name)
+    if Path(name).expanduser().is_dir():
+        return read_hf_config(Path(name).expanduser())
+    raise UserError(
+        f"unknown model {name!r}; known models: {', '.join(model_names())} (or pass "
+        "the path to a Hugging Face model directory with config.json and *.safetensors)"
+    )
+
+
 def _load_smollm2(device: torch.device, dtype: torch.dtype, progress: bool):
     path = _converted_smollm2_dir(progress)
-    config = read_hf_config(path)
-    config.name = DEFAULT_MODEL
+    config = load_model_config(DEFAULT_MODEL, progress)
     model = build_model(config, device, dtype)
     load_snapshot(model, path)
     return model, Tokenizer.from_dir(path), config
@@ -211,13 +232,9 @@ def _load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int, 
         model = build_model(config, device, dtype)
         random_init(model, seed)
         tokenizer = None
-    elif Path(name).expanduser().is_dir():
-        model, tokenizer, config = _load_hf_dir(Path(name).expanduser(), device, dtype)
     else:
-        raise UserError(
-            f"unknown model {name!r}; known models: {', '.join(model_names())} (or pass "
-            "the path to a Hugging Face model directory with config.json and *.safetensors)"
-        )
+        load_model_config(name)  # refuses a name that is neither a model nor a directory
+        model, tokenizer, config = _load_hf_dir(Path(name).expanduser(), device, dtype)
     model.process_weights_after_loading()
     model.eval()
     return model, tokenizer, config
