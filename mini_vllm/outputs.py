@@ -18,9 +18,11 @@ class RequestOutput:
     prompt_token_ids: list[int]
     text: str  # the generated text ("" without a tokenizer)
     token_ids: list[int]  # the generated tokens
-    finish_reason: str  # "stop" (EOS), "length" (max_tokens or max_model_len) or "error"
+    # "stop" (EOS), "length" (max_tokens or max_model_len), "error" or "abort"
+    finish_reason: str
     error: str | None = None  # why the request failed, when finish_reason is "error"
 
     @property
     def ok(self) -> bool:
-        return self.finish_reason != "error"
+        """Finished normally: on EOS or a length limit, not failed or aborted."""
+        return self.finish_reason in ("stop", "length")

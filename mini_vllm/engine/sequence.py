@@ -44,6 +44,7 @@ class FinishReason(str, enum.Enum):
     STOP = "stop"  # sampled the EOS token (and ignore_eos is off)
     LENGTH = "length"  # reached max_tokens, or max_model_len
     ERROR = "error"  # can never run: too long for the model or for the whole KV cache
+    ABORT = "abort"  # ended by its caller (LLMEngine.abort_request), as vLLM's ABORT
 
     def __str__(self) -> str:
         return self.value
