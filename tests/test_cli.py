@@ -105,3 +105,69 @@ def test_doctor_runs_as_a_module():
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# -- mistakes that used to pass silently, end in a traceback, or blame the wrong flag ------
+
+
+def test_generate_exits_1_when_a_prompt_failed(capsys):
+    assert main(["generate", "", "x", "--model", "tiny", "--max-tokens", "3"]) == 1
+    captured = capsys.readouterr()
+    assert "(failed: the prompt is empty" in captured.out
+    assert "1 of 2 prompts failed" in captured.err
+    assert main(["generate", "", "--model", "tiny"]) == 2  # one prompt: refused up front
+    assert "empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--seed", str(10**23)], "--seed"),
+        (["--seed", str(-(2**63) - 1)], "--seed"),
+        (["--max-tokens", "0"], "--max-tokens"),
+        (["--temperature", "nan"], "--temperature"),
+        (["--top-k", "-5"], "--top-k"),
+    ],
+)
+def test_a_bad_sampling_flag_is_named_in_the_message(argv, flag, capsys):
+    assert main(["generate", "hi", "--model", "tiny", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {flag}:") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("threshold", ["nan", "inf", "-inf", "1.0"])
+def test_simulate_refuses_a_threshold_that_is_not_a_finite_speedup(threshold, capsys):
+    assert main(["simulate", f"--threshold={threshold}"]) == 2
+    assert "--threshold" in capsys.readouterr().err
+
+
+def test_bench_decode_checks_the_context_fits_the_model_before_loading(monkeypatch, capsys):
+    from mini_vllm.bench import decode_graphs
+
+    monkeypatch.setattr(decode_graphs, "load_model", lambda *a, **k: pytest.fail("loaded"))
+    argv = ["bench", "decode", "--modes", "eager", "--model", "tiny", "--context-len", "300"]
+    assert main([*argv, "--no-output"]) == 2
+    assert "has 256" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("modes", ["", " , "])
+def test_bench_decode_refuses_empty_modes(modes, capsys):
+    assert main(["bench", "decode", "--modes", modes, "--model", "tiny", "--no-output"]) == 2
+    assert "--modes is empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["decode", "--modes", "eager"], ["throughput"], ["decode"]])
+def test_an_unwritable_output_is_refused_before_measuring(command, tmp_path, monkeypatch, capsys):
+    from mini_vllm.bench import decode, decode_graphs, throughput
+
+    for module, name in (
+        (decode, "run_decode_bench"),
+        (decode_graphs, "run_graph_decode_bench"),
+        (throughput, "run_throughput_bench"),
+    ):
+        monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("measured first"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for output in (blocker / "result.md", tmp_path):  # under a file; a directory
+        assert main(["bench", *command, "--model", "tiny", "--output", str(output)]) == 2
+        assert "--output" in capsys.readouterr().err

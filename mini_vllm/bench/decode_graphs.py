@@ -33,13 +33,15 @@ from datetime import date
 import torch
 
 from mini_vllm.bench.harness import (
+    ENGINE_LEN_SLACK,
     check_modes,
     count_kernels,
     decode_engine,
     start_decoding,
     transformers_twin,
 )
-from mini_vllm.models.loader import load_model, resolve_device, resolve_dtype
+from mini_vllm.errors import UserError
+from mini_vllm.models.loader import load_model, load_model_config, resolve_device, resolve_dtype
 from mini_vllm.teaching.launch_overhead import refit_preset, simulate_step
 from mini_vllm.utils import synchronize
 
@@ -271,6 +273,14 @@ def run_graph_decode_bench(
     check_modes(list(modes))
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    positions = load_model_config(model_name, progress=False).max_position_embeddings
+    needed = context_len + _new_tokens_per_request(steps, warmup) + ENGINE_LEN_SLACK
+    if needed > positions:
+        raise UserError(
+            f"a context of {context_len} tokens, {steps} timed steps (run twice) and "
+            f"{warmup} warm-up steps need {needed} positions, but {model_name} has "
+            f"{positions}; lower the context length or the steps"
+        )
     model, _, config = load_model(model_name, device=dev, dtype=dt, progress=False)
     report = GraphDecodeReport(
         model_name,

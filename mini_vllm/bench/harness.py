@@ -64,6 +64,10 @@ def check_modes(modes: list[str]) -> None:
         raise UserError(f"unknown mode(s) {unknown or modes}; choose from {', '.join(MODES)}")
 
 
+# Positions an engine built by decode_engine allows past the prompt and new tokens.
+ENGINE_LEN_SLACK = 32
+
+
 # ANCHOR: decode_engine
 def decode_engine(
     model: torch.nn.Module,
@@ -88,7 +92,7 @@ def decode_engine(
         dtype=str(weight.dtype).removeprefix("torch."),
         max_num_seqs=largest,
         max_num_batched_tokens=max(largest * context_len, 256),
-        max_model_len=context_len + new_tokens + 32,
+        max_model_len=context_len + new_tokens + ENGINE_LEN_SLACK,
         block_size=block_size,
         cudagraph_capture_sizes=sorted(set(batch_sizes)),
         **MODES[mode],

@@ -29,6 +29,29 @@ def _say(line: str) -> None:
     print(line, flush=True)  # progress shows as it comes, also through a pipe
 
 
+def _check_output(args: argparse.Namespace, default: str) -> None:
+    """Refuse an output path that cannot be written now, before minutes of measuring."""
+    from mini_vllm.errors import UserError
+
+    if args.no_output:
+        return
+    out = Path(args.output or default)
+    if out.is_dir():
+        raise UserError(f"--output {out} is a directory; give a file name, e.g. {out}/result.md")
+    try:  # the one sure test is to write there
+        out.parent.mkdir(parents=True, exist_ok=True)
+        existed = out.exists()
+        with open(out, "a", encoding="utf-8"):
+            pass
+        if not existed:
+            out.unlink()
+    except OSError as exc:
+        raise UserError(
+            f"cannot write the result to {out} ({exc.strerror or exc}); give another "
+            "--output, or --no-output to print only"
+        ) from None
+
+
 def _write_result(args: argparse.Namespace, text: str, default: str) -> None:
     if args.no_output:
         return
@@ -84,11 +107,14 @@ def _run_decode(args: argparse.Namespace) -> int:
     from mini_vllm.bench.decode import format_markdown, run_decode_bench
     from mini_vllm.errors import UserError
 
-    if args.modes:
+    if args.modes is not None:
         return _run_decode_graphs(args)
 
     if args.new_tokens < 1 or args.repeats < 1 or args.warmup < 0:
         raise UserError("--new-tokens and --repeats must be >= 1 and --warmup >= 0")
+    suffix = "-compiled" if args.compile else ""
+    default_output = f"benchmarks/results/decode-{args.device.split(':')[0]}{suffix}.md"
+    _check_output(args, default_output)
     result = run_decode_bench(
         args.model,
         args.device,
@@ -110,12 +136,7 @@ def _run_decode(args: argparse.Namespace) -> int:
             f"{result.hf_one_thread_tokens_per_s:.1f} tokens/s (ratio "
             f"{result.ours_tokens_per_s / result.hf_one_thread_tokens_per_s:.2f}x)"
         )
-    suffix = "-compiled" if args.compile else ""
-    _write_result(
-        args,
-        format_markdown(result, _decode_command_line(args)),
-        f"benchmarks/results/decode-{args.device.split(':')[0]}{suffix}.md",
-    )
+    _write_result(args, format_markdown(result, _decode_command_line(args)), default_output)
     return 0
 
 
@@ -128,6 +149,8 @@ def _run_decode_graphs(args: argparse.Namespace) -> int:
     from mini_vllm.errors import UserError
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes:
+        raise UserError("--modes is empty: name at least one mode, e.g. --modes eager,full")
     check_modes(modes)
     try:
         batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
@@ -138,6 +161,8 @@ def _run_decode_graphs(args: argparse.Namespace) -> int:
     if any(b < 1 for b in batch_sizes) or args.context_len < 1 or args.steps < 1:
         raise UserError("batch sizes, --context-len and --steps must be >= 1")
     model = args.model if args.model != "smollm2-135m-instruct" else "smollm2-135m"
+    default_output = f"benchmarks/results/decode-graphs-{args.device.split(':')[0]}.md"
+    _check_output(args, default_output)
     report = run_graph_decode_bench(
         model,
         args.device,
@@ -166,7 +191,7 @@ def _run_decode_graphs(args: argparse.Namespace) -> int:
     )
     text = format_graph_markdown(report, command)
     print(text)
-    _write_result(args, text, f"benchmarks/results/decode-graphs-{args.device.split(':')[0]}.md")
+    _write_result(args, text, default_output)
     return 0
 
 
@@ -212,6 +237,8 @@ def _run_throughput(args: argparse.Namespace) -> int:
 
     if args.num_prompts < 1 or args.new_tokens < 1 or args.max_num_seqs < 1:
         raise UserError("--num-prompts, --new-tokens and --max-num-seqs must be >= 1")
+    default_output = f"benchmarks/results/throughput-{args.device.split(':')[0]}.md"
+    _check_output(args, default_output)
     options = dict(
         num_prompts=args.num_prompts,
         new_tokens=args.new_tokens,
@@ -234,8 +261,40 @@ def _run_throughput(args: argparse.Namespace) -> int:
         words += ["--new-tokens", str(args.new_tokens)]
     text = format_throughput_markdown(result, " ".join(shlex.quote(w) for w in words))
     print(text)
-    _write_result(args, text, f"benchmarks/results/throughput-{args.device.split(':')[0]}.md")
+    _write_result(args, text, default_output)
     return 0
+
+
+def _add_reliability(p: argparse.ArgumentParser) -> None:
+    """Serve a load of prompts in every CPU engine mode under forced preemption, comparing each
+    output with the prompt served alone; then inject faults at every point of a step and check
+    that the engine goes on serving with every block free and no request lost."""
+    model_options(p, model="tiny", dtype=False)
+    option(p, "--num-prompts", "prompts in the load", type=int, default=200)
+    _add_output_options(p, "benchmarks/results/reliability-<device>.md")
+
+
+def _run_reliability(args: argparse.Namespace) -> int:
+    from mini_vllm.bench.reliability import format_reliability_markdown, run_reliability_report
+    from mini_vllm.errors import UserError
+
+    if args.num_prompts < 1:
+        raise UserError("--num-prompts must be >= 1")
+    if args.device != "cpu":
+        raise UserError("the reliability checks run the CPU engine modes: use --device cpu")
+    default_output = "benchmarks/results/reliability-cpu.md"
+    _check_output(args, default_output)
+    report = run_reliability_report(args.model, args.num_prompts, log=_say)
+    words = ["python", "-m", "mini_vllm", "bench", "reliability"]
+    if args.model != "tiny":
+        words += ["--model", args.model]
+    if args.num_prompts != 200:
+        words += ["--num-prompts", str(args.num_prompts)]
+    text = format_reliability_markdown(report, " ".join(shlex.quote(w) for w in words))
+    print(text)
+    _write_result(args, text, default_output)
+    failed = [f for f in report.faults if f.fired and (f.bricked or f.blocks_leaked)]
+    return 1 if failed or any(load.num_blocks_leaked for load in report.loads) else 0
 
 
 # name: (one-line help, adds the options, runs it); the description is the adder's docstring.
@@ -245,6 +304,11 @@ SUBCOMMANDS = {
         "continuous batching vs transformers' generate one prompt at a time",
         _add_throughput,
         _run_throughput,
+    ),
+    "reliability": (
+        "a load under preemption and injected faults, in every CPU engine mode",
+        _add_reliability,
+        _run_reliability,
     ),
 }
 

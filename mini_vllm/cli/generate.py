@@ -43,9 +43,14 @@ def run(args: argparse.Namespace) -> int:
     from mini_vllm.models.loader import resolve_device
     from mini_vllm.sampling_params import SamplingParams
 
-    # The sampling flags are SamplingParams' fields, by the same names.
+    # The sampling flags are SamplingParams' fields, by the same names; its message
+    # starts with the field's name, which gives the flag to point at.
     sampling = ("temperature", "top_k", "top_p", "max_tokens", "seed", "ignore_eos")
-    params = SamplingParams(**{name: getattr(args, name) for name in sampling})
+    try:
+        params = SamplingParams(**{name: getattr(args, name) for name in sampling})
+    except UserError as exc:
+        field = str(exc).split()[0]
+        raise UserError(f"--{field.replace('_', '-')}: {exc}") from None
     resolve_device(args.device)  # fail on a missing GPU before loading anything
 
     from mini_vllm.models.loader import load_model
@@ -79,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
     if len(all_ids) > 1:
         return _serve_many(args, model, tokenizer, all_ids, params)
     prompt_ids = all_ids[0]
+    if not prompt_ids:
+        raise UserError("the prompt is empty: give at least one character")
 
     def stream(_token_id: int, delta: str) -> None:
         sys.stdout.write(delta)
@@ -124,18 +131,23 @@ def _serve_many(args, model, tokenizer, all_ids: list[list[int]], params) -> int
         served = llm.generate([all_ids[i] for i in fits], params, use_tqdm=False)
         seconds = time.perf_counter() - start
         outputs = dict(zip(fits, served))
+    failed = 0
     for i, prompt in enumerate(args.prompts):
         print(f"--- [{i + 1}] {prompt}")
         output = outputs.get(i)
         if output is not None and output.ok:
             print(output.text.strip())
         else:
+            failed += 1
             print(f"(failed: {errors.get(i) or output.error})")
     generated = sum(len(o.token_ids) for o in outputs.values())
     print(
-        f"\n[{len(outputs)} prompts served together: {generated} tokens in "
+        f"\n[{len(args.prompts) - failed} prompts served together: {generated} tokens in "
         f"{seconds:.2f} s, {generated / max(seconds, 1e-9):.1f} tokens/s]"
     )
     if llm is not None:
         print(llm.stats.format())
+    if failed:
+        print(f"error: {failed} of {len(args.prompts)} prompts failed (see above)", file=sys.stderr)
+        return 1
     return 0

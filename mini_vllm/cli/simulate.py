@@ -9,6 +9,7 @@ The model and its presets live in mini_vllm/teaching/launch_overhead.py.
 from __future__ import annotations
 
 import argparse
+import math
 
 from mini_vllm.errors import UserError
 
@@ -72,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
             f"unknown preset {args.preset!r}; choose one of: {', '.join(sorted(lo.PRESETS))}"
         )
     threshold = lo.CROSSOVER_THRESHOLD if args.threshold is None else args.threshold
-    if threshold <= 1.0:
-        raise UserError(f"--threshold is a speedup and must be > 1.0, got {threshold}")
+    if not math.isfinite(threshold) or threshold <= 1.0:
+        raise UserError(f"--threshold is a speedup: a finite number > 1.0, got {threshold}")
     preset = lo.PRESETS[args.preset]
     batch_sizes = parse_batch_sizes(args.batch_sizes)
 
