@@ -15,15 +15,16 @@ from __future__ import annotations
 from collections.abc import Sequence as SequenceT
 
 from mini_vllm.engine.engine_config import EngineConfig
+from mini_vllm.engine.kv_cache_plan import available_memory_bytes, plan_kv_cache
 from mini_vllm.engine.llm_engine import LLMEngine
 from mini_vllm.engine.sequence import Sequence
 from mini_vllm.engine.stats import EngineStats
 from mini_vllm.errors import UserError
-from mini_vllm.models.loader import load_model
+from mini_vllm.models.loader import load_model, load_model_config, resolve_device, resolve_dtype
 from mini_vllm.outputs import RequestOutput
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.tokenizer import default_tokenizer
-from mini_vllm.utils import cpu_threads_context
+from mini_vllm.utils import OneCallerAtATime, cpu_threads_context
 
 __all__ = ["LLM"]
 
@@ -31,6 +32,15 @@ __all__ = ["LLM"]
 class LLM:
     def __init__(self, model: str = "smollm2-135m-instruct", **engine_kwargs: object) -> None:
         config = EngineConfig.from_kwargs(model=model, **engine_kwargs)
+        # The KV cache is checked against the model's shape before the weights load.
+        device = resolve_device(config.device)
+        plan_kv_cache(
+            config,
+            load_model_config(config.model),
+            resolve_dtype(config.dtype, device),
+            device,
+            available_memory_bytes(device),
+        )
         loaded, tokenizer, _ = load_model(
             config.model, device=config.device, dtype=config.dtype, seed=config.seed
         )
@@ -59,81 +69,135 @@ class LLM:
         self.config = config
         self.tokenizer = tokenizer if tokenizer is not None else default_tokenizer(model.config)
         self.engine = LLMEngine(config, model, self.tokenizer, capture_progress=capture_progress)
+        self._one_caller = OneCallerAtATime(
+            "LLM.generate",
+            advice="use one LLM per thread, or one thread that owns the LLM and takes prompts "
+            "from the others",
+        )
 
     @property
     def stats(self) -> EngineStats:
         return self.engine.stats
 
-    def _encode(self, prompt: str | SequenceT[int]) -> tuple[str | None, list[int]]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise UserError(
-                    f"model {self.config.model!r} has no "
-                    "tokenizer: pass prompts as lists of token ids"
-                )
-            return prompt, self.tokenizer.encode(prompt)
-        return None, [int(t) for t in prompt]
-
     # ANCHOR: generate
     def generate(
         self,
-        prompts: str | SequenceT[str | SequenceT[int]],
+        prompts: str | SequenceT[int] | SequenceT[str | SequenceT[int]],
         sampling_params: SamplingParams | SequenceT[SamplingParams] | None = None,
         use_tqdm: bool | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt at once (continuous batching); outputs in prompt order.
 
-        A prompt the engine cannot serve (empty, or longer than `max_model_len`) gets an
-        output with `finish_reason == "error"` and the reason; the others complete.
+        A prompt is text (str) or a list of token ids. One the engine cannot serve
+        (empty, token ids outside the vocabulary, longer than `max_model_len`) gets an
+        output with `finish_reason == "error"` and the reason; the others complete. A
+        prompt of another type, or a sampling_params list of the wrong length, raises
+        UserError before any prompt is queued. If the call raises or is interrupted,
+        the requests it queued are aborted, and the engine is ready for the next call.
+        An LLM serves one call at a time: a call from a second thread is refused.
         """
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]  # one prompt, as text or as token ids
-        params = sampling_params if sampling_params is not None else SamplingParams()
-        params_list = (
-            [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
-        )
-        if len(params_list) != len(prompts):
-            raise UserError(f"{len(prompts)} prompts but {len(params_list)} SamplingParams")
-        if not all(isinstance(p, SamplingParams) for p in params_list):
-            raise TypeError("sampling_params must be SamplingParams (or a list of them)")
-        encoded = [self._encode(p) for p in prompts]
-        # An empty prompt fails alone, with its reason; the others still run.
-        seqs = [
-            self.engine.add_request(ids, sp) if ids else None
-            for (_, ids), sp in zip(encoded, params_list)
-        ]
-
-        show = use_tqdm if use_tqdm is not None else len(prompts) >= 8
-        progress = None
-        if show:
-            from tqdm.auto import tqdm
-
-            progress = tqdm(total=len(prompts), desc="generating", unit="req")
-            progress.update(sum(1 for s in seqs if s is None))
-        with cpu_threads_context(self.engine.runner.device, self.config.cpu_threads):
-            while self.engine.has_unfinished_requests():
-                finished = self.engine.step()
-                if progress is not None and finished:
-                    progress.update(len(finished))
-        if progress is not None:
-            progress.close()
-        return [
-            self._output(seq, text) if seq is not None else self._empty_prompt_output(text)
-            for seq, (text, _) in zip(seqs, encoded)
-        ]
+        with self._one_caller:
+            prompts = self._as_prompt_list(prompts)
+            params = self._as_params_list(sampling_params, len(prompts))
+            checked = [self._check_prompt(i, prompt) for i, prompt in enumerate(prompts)]
+            seqs: list[Sequence | None] = []
+            progress = self._progress_bar(use_tqdm, len(prompts))
+            try:
+                for (_, ids, error), sp in zip(checked, params):
+                    seqs.append(self.engine.add_request(ids, sp) if error is None else None)
+                if progress is not None:
+                    progress.update(seqs.count(None))
+                with cpu_threads_context(self.engine.runner.device, self.config.cpu_threads):
+                    while self.engine.has_unfinished_requests():
+                        finished = self.engine.step()
+                        if progress is not None and finished:
+                            progress.update(len(finished))
+            finally:
+                # All or nothing: what this call queued and did not finish must not stay
+                # in the engine, holding blocks and running inside the next call.
+                self.engine.abort_request([s.seq_id for s in seqs if s and not s.is_finished])
+                if progress is not None:
+                    progress.close()
+            return [
+                self._output(seq, text) if seq is not None else self._error_output(text, ids, error)
+                for seq, (text, ids, error) in zip(seqs, checked)
+            ]
 
     # ANCHOR_END: generate
 
-    def _empty_prompt_output(self, prompt: str | None) -> RequestOutput:
+    @staticmethod
+    def _as_prompt_list(prompts: object) -> list:
+        if isinstance(prompts, str):
+            return [prompts]  # one prompt, as text
+        if isinstance(prompts, (bytes, bytearray)) or not isinstance(prompts, SequenceT):
+            raise UserError(
+                "prompts must be a str, a list of token ids, or a list of those; got "
+                f"{type(prompts).__name__}"
+            )
+        if prompts and all(isinstance(p, int) and not isinstance(p, bool) for p in prompts):
+            return [prompts]  # one prompt, as token ids
+        return list(prompts)
+
+    @staticmethod
+    def _as_params_list(sampling_params: object, count: int) -> list[SamplingParams]:
+        params = sampling_params if sampling_params is not None else SamplingParams()
+        params_list = [params] * count if isinstance(params, SamplingParams) else params
+        if isinstance(params_list, (str, bytes)) or not isinstance(params_list, SequenceT):
+            raise UserError(
+                "sampling_params must be a SamplingParams or a list of them, "
+                f"got {type(sampling_params).__name__}"
+            )
+        if len(params_list) != count:
+            raise UserError(f"{count} prompts but {len(params_list)} SamplingParams")
+        wrong = [i for i, p in enumerate(params_list) if not isinstance(p, SamplingParams)]
+        if wrong:
+            raise UserError(
+                f"sampling_params[{wrong[0]}] is a {type(params_list[wrong[0]]).__name__}, "
+                "not a SamplingParams"
+            )
+        return list(params_list)
+
+    def _check_prompt(self, index: int, prompt: object) -> tuple[str | None, list[int], str | None]:
+        """(text or None, token ids, why the engine cannot serve it or None)."""
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise UserError(
+                    f"model {self.config.model!r} has no tokenizer: pass prompts as lists of "
+                    "token ids"
+                )
+            text, ids = prompt, self.tokenizer.encode(prompt)
+        elif isinstance(prompt, (list, tuple, range)) and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in prompt
+        ):
+            text, ids = None, list(prompt)
+        else:
+            raise UserError(
+                f"prompt {index} is a {type(prompt).__name__}: a prompt is a str or a list of "
+                "token ids (ints)"
+            )
+        try:
+            return text, self.engine.check_prompt(ids), None
+        except UserError as exc:
+            return text, ids, str(exc)
+
+    @staticmethod
+    def _progress_bar(use_tqdm: bool | None, total: int):
+        if not (use_tqdm if use_tqdm is not None else total >= 8):
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc="generating", unit="req")
+
+    def _error_output(self, prompt: str | None, ids: list[int], error: str) -> RequestOutput:
         self.engine.stats.num_failed_requests += 1
         return RequestOutput(
             request_id=-1,
             prompt=prompt,
-            prompt_token_ids=[],
+            prompt_token_ids=ids,
             text="",
             token_ids=[],
             finish_reason="error",
-            error="the prompt is empty (no tokens): give at least one token",
+            error=error,
         )
 
     def _output(self, seq: Sequence, prompt: str | None) -> RequestOutput:

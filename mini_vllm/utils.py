@@ -7,11 +7,38 @@ thread count once per process in vllm/v1/worker/cpu_worker.py).
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 
 import torch
 
-__all__ = ["cpu_threads_context", "synchronize"]
+from mini_vllm.errors import UserError
+
+__all__ = ["OneCallerAtATime", "cpu_threads_context", "synchronize"]
+
+
+class OneCallerAtATime:
+    """Refuses a second call while one is inside: an object that is not thread-safe says
+    so at once, instead of two threads corrupting its state between them.
+
+        guard = OneCallerAtATime("LLM.generate", advice="use one LLM per thread")
+        with guard:
+            ...
+    """
+
+    def __init__(self, name: str, advice: str) -> None:
+        self._lock = threading.Lock()
+        self._name, self._advice = name, advice
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            raise UserError(
+                f"{self._name} is already running (in another thread, or in a callback "
+                f"of the running call); it serves one caller at a time: {self._advice}"
+            )
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
 
 
 def synchronize(device: torch.device | str) -> None:

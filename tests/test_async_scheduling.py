@@ -23,7 +23,8 @@ def prompts(n=24, seed=1, vocab=256, longest=40):
 
 
 def run(async_scheduling, params, **engine_kwargs):
-    llm = LLM("tiny", max_model_len=128, async_scheduling=async_scheduling, **engine_kwargs)
+    engine_kwargs = {"max_model_len": 128, **engine_kwargs}
+    llm = LLM("tiny", async_scheduling=async_scheduling, **engine_kwargs)
     assert isinstance(llm.engine.scheduler, AsyncScheduler) == async_scheduling
     outputs = llm.generate(prompts(), params, use_tqdm=False)
     bm = llm.engine.block_manager
@@ -42,7 +43,13 @@ VARIED = [
     [
         dict(max_num_seqs=8),
         # A small cache forces preemption; a small token budget forces chunked prefill.
-        dict(max_num_seqs=8, block_size=4, num_kv_blocks=20, max_num_batched_tokens=24),
+        dict(
+            max_num_seqs=8,
+            block_size=4,
+            num_kv_blocks=20,
+            max_num_batched_tokens=24,
+            max_model_len=64,
+        ),
         dict(max_num_seqs=4, enable_prefix_caching=True, block_size=4),
     ],
     ids=["batched", "preempt+chunked", "prefix-cache"],
@@ -199,3 +206,47 @@ def test_async_scheduling_under_graphs_gives_the_same_tokens(device, modes):
         results.append([(o.token_ids, o.finish_reason) for o in outputs])
         assert "FULL" in llm.stats.steps_per_runtime_mode
     assert results[0] == results[1]
+
+
+def drive(scheduler, next_token):
+    """Run a scheduler to the end as the engine does, with tokens from `next_token(seq)`.
+
+    Synchronous: schedule, then update with that step's tokens. Async: schedule step N+1
+    first, then update step N (the engine's one-step lag, LLMEngine._step_async).
+    """
+    in_flight = None
+    while scheduler.has_unfinished_requests() or in_flight is not None:
+        output = scheduler.schedule()
+        tokens = [next_token(row.seq) if row.samples_token else None for row in output.scheduled]
+        if not isinstance(scheduler, AsyncScheduler):
+            scheduler.update_from_output(output, tokens)
+            continue
+        if in_flight is not None:
+            scheduler.update_from_output(*in_flight)
+        if output.is_empty:
+            scheduler.update_from_output(output, [])
+            in_flight = None
+        else:
+            in_flight = (output, tokens)
+
+
+@pytest.mark.parametrize("prompt_len", [1, 5, 8, 13])
+def test_a_request_that_outgrows_the_cache_keeps_the_same_tokens_as_with_sync(prompt_len):
+    from mini_vllm.engine.scheduler import Scheduler
+
+    results = []
+    for scheduler_class in (Scheduler, AsyncScheduler):
+        # 4 blocks of 4 tokens: the request fails when its 17th token needs a fifth block.
+        scheduler = scheduler_class(
+            SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=64),
+            BlockManager(num_blocks=4, block_size=4),
+        )
+        seq = Sequence(0, list(range(3, 3 + prompt_len)), SamplingParams(max_tokens=40))
+        scheduler.add_request(seq)
+        tokens = iter(range(100, 200))
+        drive(scheduler, lambda s, tokens=tokens: next(tokens))
+        results.append((seq.output_token_ids, seq.finish_reason, seq.error))
+    assert results[0] == results[1]
+    tokens, reason, error = results[0]
+    assert reason == "error" and "the whole cache has 4" in error
+    assert prompt_len + len(tokens) == 17  # failed when the 17th token needed a 5th block

@@ -23,7 +23,9 @@ this scheduler plans step N+1 right after launching step N, before N's tokens ex
 The price: a request that stops on EOS at step N has already been scheduled for step
 N+1; that row's work is thrown away (its token is dropped, its blocks freed after the
 GPU has used them, which stream order makes safe). A request whose `max_tokens` or
-`max_model_len` is reached by its tokens in flight is not scheduled again.
+`max_model_len` is reached by its tokens in flight is not scheduled again. A request
+that outgrows the whole cache while a token of its is in flight fails only when that
+token has landed, so it ends with the tokens synchronous scheduling would give it.
 """
 
 from __future__ import annotations
@@ -81,6 +83,20 @@ class AsyncScheduler(Scheduler):
                 continue
             seq.resolve_placeholder(token)
             self._finish_if_stopped(seq, token, finished)
+            if seq.status is SequenceStatus.WAITING and seq.num_output_placeholders == 0:
+                why = self._why_never_runs(seq)  # preempted for good: see _fail below
+                if why is not None:
+                    self._waiting.remove(seq)
+                    super()._fail(seq, why)
+                    finished.append(seq)
         return finished
 
     # ANCHOR_END: async_apply_output
+
+    def _fail(self, seq: Sequence, why: str) -> None:
+        if seq.num_output_placeholders:
+            # Its tokens in flight still count (the synchronous scheduler has them by
+            # now): wait, unschedulable, until they land, then fail in _apply_output.
+            self._waiting.appendleft(seq)
+            return
+        super()._fail(seq, why)

@@ -339,6 +339,26 @@ class BlockManager:
 
     # ANCHOR_END: free
 
+    def reclaim_unheld_blocks(self) -> int:
+        """Put back in the free pool every block still counted as held; returns how many.
+
+        Only for when no sequence holds blocks any more (the scheduler calls it after an
+        exception, once every request has freed its table): a block counted as held
+        then was taken by an allocation that the exception cut short. What it holds is
+        unknown, so it leaves the prefix cache too.
+        """
+        reclaimed = 0
+        for block_id, count in enumerate(self._ref_counts):
+            if count:
+                self._ref_counts[block_id] = 0
+                key = self._block_hash.pop(block_id, None)
+                if key is not None and self._cached.get(key) == block_id:
+                    del self._cached[key]
+                self._free[block_id] = None
+                reclaimed += 1
+        self._num_hashed.clear()
+        return reclaimed
+
     def __repr__(self) -> str:
         caching = ", prefix caching" if self.enable_prefix_caching else ""
         return (

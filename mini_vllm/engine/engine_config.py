@@ -3,6 +3,11 @@
 vLLM counterpart: vllm/engine/arg_utils.py (`EngineArgs`) and the configs it builds in
 vllm/config/ (`ModelConfig`, `CacheConfig`, `SchedulerConfig`, `CompilationConfig`).
 `mini_vllm.LLM(...)` takes these fields as keyword arguments, as `vllm.LLM` does.
+
+Every field is checked here, before a model is loaded or a byte of cache allocated,
+and a message names the field and what to give instead. What needs the model's shape
+(the KV cache's size against max_model_len and free memory) is checked next, still
+before any allocation, by mini_vllm/engine/kv_cache_plan.py.
 """
 
 from __future__ import annotations
@@ -10,11 +15,17 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from mini_vllm.config.capture_sizes import normalize_capture_sizes
 from mini_vllm.config.compilation import CompilationMode, CUDAGraphMode
 from mini_vllm.engine.scheduler_config import SchedulerConfig
 from mini_vllm.errors import UserError
+from mini_vllm.models.loader import resolve_device, resolve_dtype
 
 __all__ = ["EngineConfig"]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass
@@ -35,7 +46,10 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
 
     block_size: int = 16  # tokens per KV block
-    num_kv_blocks: int | None = None  # None: enough for max_num_seqs full-length requests
+    # The KV cache's size: give at most one of the two. Neither: enough for max_num_seqs
+    # full-length requests, and on CPU at most 1 GiB (mini_vllm/engine/kv_cache_plan.py).
+    num_kv_blocks: int | None = None
+    kv_cache_memory_bytes: int | None = None
     enable_prefix_caching: bool = False
 
     enforce_eager: bool = False  # no CUDA graphs, no compilation
@@ -53,8 +67,9 @@ class EngineConfig:
     async_scheduling: bool = False
 
     def __post_init__(self) -> None:
+        self._check_fields()
         if self.cudagraph_mode is None:
-            on_gpu = str(self.device).startswith("cuda")
+            on_gpu = self.device.startswith("cuda")
             self.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE if on_gpu else CUDAGraphMode.NONE
         self.cudagraph_mode = CUDAGraphMode.from_name(self.cudagraph_mode)
         self.compilation_mode = CompilationMode.from_name(self.compilation_mode)
@@ -68,15 +83,68 @@ class EngineConfig:
         if self.enforce_eager:
             self.cudagraph_mode = CUDAGraphMode.NONE
             self.compilation_mode = CompilationMode.NONE
-        if self.block_size < 1 or self.block_size & (self.block_size - 1):
-            raise UserError(f"block_size must be a power of two >= 1, got {self.block_size}")
-        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
-            raise UserError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
-        if self.max_model_len is not None and self.max_model_len < 2:
+        # The scheduler's own checks, now rather than once the model is loaded (the
+        # one that needs max_model_len runs again when it is known).
+        self.scheduler_config(self.max_model_len or 1)
+
+    # ANCHOR: check_fields
+    def _check_fields(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise UserError(f"model must be a model name or a directory, got {self.model!r}")
+        if not isinstance(self.device, str) or not (
+            self.device in ("cpu", "cuda")
+            or (self.device.startswith("cuda:") and self.device[5:].isdigit())
+        ):
+            raise UserError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        resolve_dtype(self.dtype, resolve_device(self.device))  # a known dtype, a device present
+        if not _is_int(self.seed):
+            raise UserError(f"seed must be an integer, got {self.seed!r}")
+        if self.cpu_threads not in ("auto", None) and not (
+            _is_int(self.cpu_threads) and self.cpu_threads >= 1
+        ):
             raise UserError(
-                "max_model_len must be >= 2 (a prompt token "
-                f"and a new one), got {self.max_model_len}"
+                f"cpu_threads must be 'auto', None or an integer >= 1, got {self.cpu_threads!r}"
             )
+        at_least = {"max_num_seqs": 1, "max_num_batched_tokens": 1, "block_size": 1}
+        at_least |= {"max_model_len": 2, "num_kv_blocks": 1, "kv_cache_memory_bytes": 1}
+        for name, minimum in at_least.items():
+            value = getattr(self, name)
+            optional = name not in ("max_num_seqs", "max_num_batched_tokens", "block_size")
+            if (value is None and optional) or (_is_int(value) and value >= minimum):
+                continue
+            hint = " (a prompt token and a new one)" if name == "max_model_len" else ""
+            raise UserError(
+                f"{name} must be an integer >= {minimum}{hint}"
+                f"{' or None' if optional else ''}, got {value!r}"
+            )
+        if self.block_size & (self.block_size - 1):
+            raise UserError(f"block_size must be a power of two, got {self.block_size}")
+        if self.num_kv_blocks is not None and self.kv_cache_memory_bytes is not None:
+            raise UserError(
+                "give the KV cache's size once: num_kv_blocks or kv_cache_memory_bytes, not both"
+            )
+        for name in (
+            "enable_chunked_prefill",
+            "enable_prefix_caching",
+            "enforce_eager",
+            "debug_cudagraphs",
+            "async_scheduling",
+        ):
+            if not isinstance(getattr(self, name), bool):
+                raise UserError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.enable_fusion not in (None, True, False):
+            raise UserError(
+                f"enable_fusion must be None, True or False, got {self.enable_fusion!r}"
+            )
+        if self.cudagraph_capture_sizes is not None:
+            if isinstance(self.cudagraph_capture_sizes, (str, bytes)):
+                raise UserError(
+                    "cudagraph_capture_sizes must be a list of integers, "
+                    f"got {self.cudagraph_capture_sizes!r}"
+                )
+            normalize_capture_sizes(self.cudagraph_capture_sizes, self.max_num_batched_tokens)
+
+    # ANCHOR_END: check_fields
 
     @classmethod
     def from_kwargs(cls, **kwargs: object) -> EngineConfig:

@@ -1,27 +1,41 @@
 """The engine loop: requests in, one scheduler step and one model step at a time, outputs out.
 
 vLLM counterpart: vllm/v1/engine/llm_engine.py and vllm/v1/engine/core.py
-(`EngineCore.step`: schedule, execute the model, update from the output). nano-vllm:
-nanovllm/engine/llm_engine.py. Everything runs in one process here; vLLM runs the
-scheduler and the workers in separate processes and overlaps them.
+(`EngineCore.step`: schedule, execute the model, update from the output;
+`LLMEngine.abort_request`). nano-vllm: nanovllm/engine/llm_engine.py. Everything runs
+in one process here; vLLM runs the scheduler and the workers in separate processes and
+overlaps them.
+
+Failure rules: a request the model cannot take (token ids outside its vocabulary, an
+empty prompt) is refused by `add_request` with a UserError, before it is queued. A step
+that raises, wherever (the forward, the sampler, the update, a KeyboardInterrupt), is
+taken back before the exception leaves `step()`: the scheduler forgets the steps in
+flight and every unfinished request waits to be recomputed from its tokens, so the
+engine can go on and its requests finish with the tokens they would have had. vLLM's
+engine core process dies on such an exception instead (the client gets
+EngineDeadError). A device fault that corrupts the CUDA context is beyond any retry.
+An engine serves one caller at a time; a second thread is refused at once.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
+import itertools
+from collections.abc import Hashable, Iterable
 
 import torch
 
 from mini_vllm.engine.async_scheduler import AsyncScheduler
 from mini_vllm.engine.block_manager import BlockManager
 from mini_vllm.engine.engine_config import EngineConfig
+from mini_vllm.engine.kv_cache_plan import available_memory_bytes, plan_kv_cache
 from mini_vllm.engine.model_runner import ModelRunner, SampledTokens
 from mini_vllm.engine.scheduler import Scheduler
 from mini_vllm.engine.scheduler_output import SchedulerOutput
-from mini_vllm.engine.sequence import FinishReason, Sequence
+from mini_vllm.engine.sequence import FinishReason, Sequence, as_token_id
 from mini_vllm.engine.stats import EngineStats
+from mini_vllm.errors import UserError
 from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.utils import OneCallerAtATime
 
 __all__ = ["LLMEngine"]
 
@@ -37,13 +51,14 @@ class LLMEngine:
         self.config = config
         self.model = model
         self.tokenizer = tokenizer
-        model_len = model.config.max_position_embeddings
-        self.max_model_len = min(config.max_model_len or model_len, model_len)
+        weight = next(model.parameters())
         # ANCHOR: engine_init
-        # Default KV budget: every running request can reach the full length.
-        num_blocks = config.num_kv_blocks or config.max_num_seqs * math.ceil(
-            self.max_model_len / config.block_size
+        # The cache's size, checked against max_model_len and free memory before any
+        # allocation (mini_vllm/engine/kv_cache_plan.py).
+        plan = plan_kv_cache(
+            config, model.config, weight.dtype, weight.device, available_memory_bytes(weight.device)
         )
+        self.max_model_len, num_blocks = plan.max_model_len, plan.num_blocks
         self.block_manager = BlockManager(
             num_blocks, config.block_size, enable_prefix_caching=config.enable_prefix_caching
         )
@@ -59,27 +74,98 @@ class LLMEngine:
         self.runner.compile_model()
         self.runner.capture_model(progress=capture_progress)
         self.stats = EngineStats()
-        self._next_id = 0
+        self._request_ids = itertools.count()  # next() on it is atomic: no two requests share an id
+        # Every request is reported ended exactly once, by step() or abort_request(): the
+        # ones added and not reported yet, and those that ended in a step that then raised.
+        self._unreported: dict[Hashable, Sequence] = {}
+        self._ended_in_failed_step: list[Sequence] = []
         # Async scheduling: the step launched last, whose tokens have not been read yet.
         self._in_flight: tuple[SchedulerOutput, SampledTokens] | None = None
+        self._one_caller = OneCallerAtATime(
+            "this LLMEngine",
+            advice="use one engine per thread, or one thread that owns the engine and takes "
+            "requests from the others (what a server does)",
+        )
 
-    def add_request(self, prompt_token_ids: Iterable[int], params: SamplingParams) -> Sequence:
-        """Queue a request. One the engine can never serve (longer than max_model_len, or
-        more KV than the whole cache) finishes with an error at its first step; the
-        other requests are not affected. An empty prompt is refused here (ValueError)."""
-        seq = Sequence(self._next_id, list(prompt_token_ids), params)
-        self._next_id += 1
-        self.scheduler.add_request(seq)
-        return seq
+    # ANCHOR: add_request
+    def add_request(
+        self, prompt_token_ids: Iterable[int], params: SamplingParams | None = None
+    ) -> Sequence:
+        """Queue a request. A prompt the model cannot take (empty, or a token id outside
+        its vocabulary) is refused here with a UserError; one the engine can never serve
+        (longer than max_model_len) finishes with an error at the next step. Either way
+        the other requests are not affected."""
+        with self._one_caller:
+            seq = Sequence(next(self._request_ids), self.check_prompt(prompt_token_ids), params)
+            self.scheduler.add_request(seq)
+            self._unreported[seq.seq_id] = seq
+            return seq
+
+    def check_prompt(self, prompt_token_ids: Iterable[int]) -> list[int]:
+        """The prompt as a list of token ids of this model, or a UserError saying what is wrong."""
+        if isinstance(prompt_token_ids, (str, bytes, bytearray)) or not isinstance(
+            prompt_token_ids, Iterable
+        ):
+            raise UserError(
+                "a prompt here is a sequence of token ids (ints), got "
+                f"{type(prompt_token_ids).__name__}; encode text with the tokenizer first"
+            )
+        try:
+            ids = [as_token_id(token) for token in prompt_token_ids]
+        except TypeError as exc:
+            raise UserError(f"a prompt is a sequence of token ids: {exc}") from None
+        if not ids:
+            raise UserError("the prompt is empty (no tokens): give at least one token")
+        vocab_size = self.model.config.vocab_size
+        outside = sorted({token for token in ids if token >= vocab_size})
+        if outside:
+            raise UserError(
+                f"token id(s) {outside[:5]}{' ...' if len(outside) > 5 else ''} are outside "
+                f"the model's vocabulary (ids 0..{vocab_size - 1})"
+            )
+        return ids
+
+    # ANCHOR_END: add_request
+
+    # ANCHOR: abort_request
+    def abort_request(self, request_ids: Hashable | Iterable[Hashable]) -> list[Sequence]:
+        """End requests now (finish_reason "abort") and free their KV blocks; ids that are
+        unknown or already finished are skipped. vLLM: `LLMEngine.abort_request`."""
+        if isinstance(request_ids, (str, bytes)) or not isinstance(request_ids, Iterable):
+            request_ids = [request_ids]
+        with self._one_caller:
+            aborted = self.scheduler.finish_requests(request_ids, FinishReason.ABORT)
+            for seq in aborted:
+                del self._unreported[seq.seq_id]
+            self.runner.free_requests([seq.seq_id for seq in aborted])
+            self.stats.num_aborted_requests += len(aborted)
+            return aborted
+
+    # ANCHOR_END: abort_request
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests() or self._in_flight is not None
+        """True while a request waits, runs, or has ended and not been reported yet."""
+        return (
+            self.scheduler.has_unfinished_requests()
+            or self._in_flight is not None
+            or bool(self._ended_in_failed_step)
+        )
 
     # ANCHOR: engine_step
     def step(self) -> list[Sequence]:
-        """One scheduler step and one forward; returns the requests that finished in it."""
-        if self.config.async_scheduling:
-            return self._step_async()
+        """One scheduler step and one forward; returns the requests that finished in it.
+
+        If anything in the step raises, the step is taken back before the exception
+        propagates: the engine stays usable and no block stays held by it.
+        """
+        with self._one_caller:
+            try:
+                return self._step_async() if self.config.async_scheduling else self._step_sync()
+            except BaseException as exc:
+                self._take_back_steps(exc)
+                raise
+
+    def _step_sync(self) -> list[Sequence]:
         output = self.scheduler.schedule()
         self._check_progress(output)
         sampled = self.runner.execute_model(output) if not output.is_empty else []
@@ -115,6 +201,25 @@ class LLMEngine:
 
     # ANCHOR_END: engine_step_async
 
+    # ANCHOR: take_back_steps
+    def _take_back_steps(self, exc: BaseException) -> None:
+        """After an exception in a step: forget the steps in flight, send every unfinished
+        request back to wait for recompute (its blocks freed), and drop the runner's
+        per-request state, which is rebuilt from each request's tokens when it runs again."""
+        self._in_flight = None
+        requests = self.scheduler.take_back_steps()
+        self.runner.reset_request_state()
+        # Requests the failed step finished: the next step reports them.
+        self._ended_in_failed_step = [s for s in self._unreported.values() if s.is_finished]
+        self.stats.num_steps_taken_back += 1
+        if hasattr(exc, "add_note"):  # Python 3.11+
+            exc.add_note(
+                f"mini_vllm took the step back: {len(requests)} unfinished request(s) wait to "
+                "be recomputed and the engine can go on (LLM.generate aborts its own requests)"
+            )
+
+    # ANCHOR_END: take_back_steps
+
     def _check_progress(self, output: SchedulerOutput) -> None:
         """An empty step with requests left and no step in flight would repeat for ever."""
         if (
@@ -131,6 +236,8 @@ class LLMEngine:
             )
 
     def _after_step(self, output: SchedulerOutput, finished: list[Sequence]) -> list[Sequence]:
+        ended, self._ended_in_failed_step = self._ended_in_failed_step + finished, []
+        finished = [seq for seq in ended if self._unreported.pop(seq.seq_id, None) is seq]
         if not output.is_empty:
             self.stats.record(self.runner.last_step)
         self.stats.num_preemptions = self.scheduler.num_preemptions

@@ -70,7 +70,7 @@ class CaptureReport:
     num_graphs: int  # graphs captured, pieces counted one by one
     sizes: list[int]  # capture sizes, as tried (largest first)
     seconds: float
-    graph_memory_bytes: int | None  # free device memory before minus after; None on CPU
+    graph_memory_bytes: int | None  # device memory in the graphs' pool; None on CPU
 
 
 class SampledTokens:
@@ -175,13 +175,14 @@ class ModelRunner:
             self.cudagraph_mode, self.capture_sizes, config.max_num_seqs
         )
         self.graph_backend = graph_backend_for(self.device)
+        self.graph_pool = (
+            self.graph_backend.new_pool() if self.cudagraph_mode is not CUDAGraphMode.NONE else None
+        )
         self.graphs: GraphForward = build_graph_forward(
             model.model,
             self.cudagraph_mode,
             self.graph_backend,
-            pool=self.graph_backend.new_pool()
-            if self.cudagraph_mode is not CUDAGraphMode.NONE
-            else None,
+            pool=self.graph_pool,
             debug=config.debug_cudagraphs,
             compilation_mode=self.compilation_mode,
             fusion=config.enable_fusion,
@@ -325,9 +326,10 @@ class ModelRunner:
                 )
                 selected = hidden_states.index_select(0, rows)
             logits = self.model.compute_logits(selected)
-            seqs = [output.scheduled[r].seq for r in inputs.sampling_rows]
+            sampling = [output.scheduled[r] for r in inputs.sampling_rows]
+            seqs = [row.seq for row in sampling]
             params = [seq.sampling_params for seq in seqs]
-            generators = [self._generator(seq) for seq in seqs]
+            generators = [self._generator(row, logits.shape[-1]) for row in sampling]
             sampled_ids = self.sampler(logits, params, generators)
             if non_blocking:
                 # The next step may be planned on these before they reach the host.
@@ -422,7 +424,6 @@ class ModelRunner:
         from tqdm.auto import tqdm
 
         start = time.perf_counter()
-        free_before = self.graph_backend.free_memory()
         gc.collect()
         gc.freeze()  # capture creates many objects; don't let the collector walk them all
         set_cudagraph_capturing_enabled(True)
@@ -448,10 +449,7 @@ class ModelRunner:
         finally:
             set_cudagraph_capturing_enabled(False)
             gc.unfreeze()
-        free_after = self.graph_backend.free_memory()
-        memory = (
-            free_before - free_after if free_before is not None and free_after is not None else None
-        )
+        memory = self.graph_backend.pool_memory(self.graph_pool)
         self.capture_report = CaptureReport(
             num_graphs=self.graphs.num_captured_graphs,
             sizes=sorted({k.num_tokens for _, k in keys}, reverse=True),
@@ -469,15 +467,35 @@ class ModelRunner:
 
     # ANCHOR_END: capture_model
 
-    def _generator(self, seq) -> torch.Generator | None:
+    def _generator(self, row, vocab_size: int) -> torch.Generator | None:
+        """The request's own generator (seeded requests), made at its first sample.
+
+        A seeded request draws once per token it samples, so after `k` tokens its
+        generator has made `k` draws. Made anew for a request that already has tokens
+        (its step was taken back, see reset_request_state), it replays those `k` draws
+        first, and the request goes on with the tokens it would have had.
+        """
+        seq = row.seq
         if seq.seq_id not in self._generators:
-            self._generators[seq.seq_id] = make_generator(seq.sampling_params, self.device)
+            generator = make_generator(seq.sampling_params, self.device)
+            if generator is not None and not seq.sampling_params.greedy:
+                scratch = torch.empty(vocab_size, dtype=torch.float32, device=self.device)
+                for _ in range(row.context_len - seq.num_prompt_tokens):
+                    scratch.exponential_(generator=generator)  # as the sampler draws
+            self._generators[seq.seq_id] = generator
         return self._generators[seq.seq_id]
 
     def free_requests(self, seq_ids: SequenceT[object]) -> None:
         """Forget per-request state (sampling generators) of finished requests."""
         for seq_id in seq_ids:
             self._generators.pop(seq_id, None)
+
+    def reset_request_state(self) -> None:
+        """Forget every request's state: after a step was taken back, each unfinished
+        request is recomputed from its tokens and its generator rebuilt (`_generator`)."""
+        self._generators.clear()
+        self._prev_sampled = None
+        self._prev_sample_row = {}
 
     def _timestamp(self) -> float:
         self.graph_backend.synchronize()

@@ -37,6 +37,16 @@ the end of the sequence (a prefill chunk that did not reach it samples nothing),
 and finishes requests on EOS (unless `ignore_eos`), `max_tokens` or `max_model_len`,
 freeing their blocks. Every `schedule()` must be followed by its `update_from_output()`
 (the async scheduler, mini_vllm/engine/async_scheduler.py, plans one step further ahead).
+
+Two ways out besides finishing (vLLM: `Scheduler.finish_requests`):
+- `finish_requests(ids)` aborts requests (FinishReason.ABORT): they leave the queues
+  and give their blocks back at once, even with a step of theirs in flight (its row is
+  ignored when its tokens arrive);
+- `take_back_steps()` undoes every step scheduled and not yet updated, for when the
+  forward, the sampler or the update raised. Every unfinished request gives back its
+  blocks and waits to be recomputed from its tokens, as after a preemption, so the
+  scheduler is consistent whatever point the exception left it at. vLLM has no
+  counterpart: an exception in its engine core process ends the engine.
 """
 
 from __future__ import annotations
@@ -82,7 +92,7 @@ class Scheduler:
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []  # admission order: the last one is the next victim
         self._failed: list[Sequence] = []  # failed since the last schedule(), not yet reported
-        self._live_ids: set[Hashable] = set()
+        self._requests: dict[Hashable, Sequence] = {}  # every unfinished request, by id
         # Steps scheduled but not yet updated, oldest first: at most one here; the
         # async scheduler (mini_vllm/engine/async_scheduler.py) allows two.
         self._in_flight: deque[SchedulerOutput] = deque()
@@ -105,7 +115,7 @@ class Scheduler:
         """Queue a new request at the back of the waiting queue."""
         if seq.status is not SequenceStatus.WAITING or seq.num_computed_tokens or seq.block_table:
             raise UserError(f"request {seq.seq_id!r} is not new ({seq!r}); add each Sequence once")
-        if seq.seq_id in self._live_ids:
+        if seq.seq_id in self._requests:
             raise UserError(f"request id {seq.seq_id!r} is already in use by an unfinished request")
         seq.arrival = self._arrivals
         self._arrivals += 1
@@ -114,8 +124,64 @@ class Scheduler:
             seq.finish(FinishReason.ERROR, why)
             self._failed.append(seq)
             return
-        self._live_ids.add(seq.seq_id)
+        self._requests[seq.seq_id] = seq
         self._waiting.append(seq)
+
+    # ANCHOR: finish_requests
+    def finish_requests(
+        self, request_ids: Iterable[Hashable], reason: FinishReason = FinishReason.ABORT
+    ) -> list[Sequence]:
+        """End unfinished requests now (abort, by default) and free their blocks.
+
+        Ids that are unknown or already finished are skipped, so aborting twice is
+        harmless. A row of an aborted request in a step still in flight is ignored when
+        that step's tokens arrive; the device may still write its K/V into the freed
+        blocks, but before any later step reads them (one stream runs steps in order).
+        Returns the requests this call finished.
+        """
+        finished = []
+        for request_id in request_ids:
+            seq = self._requests.pop(request_id, None)
+            if seq is None:
+                continue
+            if seq.status is SequenceStatus.WAITING:
+                self._waiting.remove(seq)
+            else:
+                self._running.remove(seq)
+            self.block_manager.free(seq)
+            seq.finish(reason)
+            finished.append(seq)
+        return finished
+
+    # ANCHOR_END: finish_requests
+
+    # ANCHOR: take_back_steps
+    def take_back_steps(self) -> list[Sequence]:
+        """Undo every step scheduled and not yet updated (the forward or the update raised).
+
+        Whatever point the exception stopped at, even half-way through schedule() or
+        update_from_output(), every unfinished request gives back its blocks, drops the
+        placeholders of tokens that will never arrive and waits, in arrival order, to be
+        recomputed from the tokens it has. Requests finished since the last output are
+        reported again in the next one. Returns the requests sent back to wait.
+        """
+        for output in self._in_flight:
+            self._failed.extend(s for s in output.failed if s not in self._failed)
+        self._in_flight.clear()
+        requests = sorted(self._requests.values(), key=lambda s: s.arrival)
+        for seq in requests:
+            self.block_manager.free(seq)
+            seq.drop_placeholders()
+            seq.num_computed_tokens = 0
+            seq.status = SequenceStatus.WAITING
+        # With nobody holding blocks, any block still counted as held was taken by an
+        # allocation the exception cut short and recorded in no table.
+        self.block_manager.reclaim_unheld_blocks()
+        self._running = []
+        self._waiting = deque(requests)
+        return requests
+
+    # ANCHOR_END: take_back_steps
 
     # ANCHOR: why_never_runs
     def _why_never_runs(self, seq: Sequence) -> str | None:
@@ -249,17 +315,21 @@ class Scheduler:
         generated tokens. A request that has outgrown the whole cache fails instead."""
         self.block_manager.free(seq)
         seq.num_computed_tokens = 0
+        seq.status = SequenceStatus.WAITING
         why = self._why_never_runs(seq)
         if why is not None:
-            self._live_ids.discard(seq.seq_id)
-            seq.finish(FinishReason.ERROR, why)
+            self._fail(seq, why)
             return
-        seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1
         self.num_preemptions += 1
         self._waiting.appendleft(seq)
 
     # ANCHOR_END: preempt
+
+    def _fail(self, seq: Sequence, why: str) -> None:
+        """Finish with an error a request that holds no blocks and sits in no queue."""
+        self._requests.pop(seq.seq_id, None)
+        seq.finish(FinishReason.ERROR, why)
 
     # -- after the forward --------------------------------------------------------
 
@@ -296,6 +366,8 @@ class Scheduler:
         finished = list(output.failed)
         for row, token in zip(output.scheduled, tokens):
             seq = row.seq
+            if seq.is_finished:
+                continue  # aborted after this step was scheduled
             seq.num_computed_tokens += row.num_new_tokens
             self.block_manager.cache_full_blocks(seq)
             if token is None:
@@ -315,7 +387,7 @@ class Scheduler:
         else:
             self.block_manager.free(seq)
             self._running.remove(seq)
-        self._live_ids.discard(seq.seq_id)
+        self._requests.pop(seq.seq_id, None)
         seq.finish(reason)
         finished.append(seq)
 

@@ -43,7 +43,9 @@ class EngineStats:
 
     steps: list[StepRecord] = field(default_factory=list)
     num_preemptions: int = 0
-    num_failed_requests: int = 0
+    num_failed_requests: int = 0  # finished with finish_reason "error"
+    num_aborted_requests: int = 0  # ended by LLMEngine.abort_request
+    num_steps_taken_back: int = 0  # steps that raised and were undone (LLMEngine.step)
     num_steps: int = 0  # steps that ran a forward
     prefill_tokens: int = 0  # prompt tokens computed (a preempted request's are counted again)
     decode_tokens: int = 0
