@@ -16,9 +16,9 @@ import pytest
 
 from mini_vllm.bench.reliability import (
     ENGINE_MODES,
-    FAULT_POINTS,
     GPU_ENGINE_MODES,
     InjectedFault,
+    fault_points,
     load_prompts,
     run_fault,
     run_load,
@@ -26,7 +26,6 @@ from mini_vllm.bench.reliability import (
 )
 
 PROMPTS, PARAMS = load_prompts(12, seed=1)
-ASYNC_MODES = {mode for mode, kwargs in ENGINE_MODES.items() if kwargs.get("async_scheduling")}
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +35,7 @@ def solo():
 
 def fault_cases():
     for mode in ENGINE_MODES:
-        for point in FAULT_POINTS:
-            if point == "token arrival" and mode not in ASYNC_MODES:
-                continue  # synchronous steps read their tokens inside the forward's step
+        for point in fault_points(mode):
             for at_call in (1, 7):
                 yield pytest.param(mode, point, at_call, id=f"{mode}-{point}-call{at_call}")
 
@@ -84,13 +81,12 @@ def solo_cuda():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("point", sorted(FAULT_POINTS))
-@pytest.mark.parametrize("mode", GPU_ENGINE_MODES)
+@pytest.mark.parametrize(
+    ("mode", "point"), [(mode, point) for mode in GPU_ENGINE_MODES for point in fault_points(mode)]
+)
 def test_a_fault_leaves_a_cuda_graph_engine_serving(mode, point, solo_cuda):
     # FULL graphs replayed for decode, piecewise ones for mixed batches, the seeded
     # generators on the device: after the fault, the same tokens as solo runs.
-    if point == "token arrival" and not GPU_ENGINE_MODES[mode].get("async_scheduling"):
-        pytest.skip("synchronous steps read their tokens inside the step")
     result = run_fault(mode, point, 4, PROMPTS, PARAMS, solo_cuda)
     assert result.fired and result.raised_to_caller and not result.requests_left
     assert result.blocks_leaked == 0 and not result.bricked

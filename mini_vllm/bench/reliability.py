@@ -40,7 +40,9 @@ __all__ = [
     "FaultResult",
     "InjectedFault",
     "LoadResult",
+    "fault_points",
     "inject_fault",
+    "modes_for",
     "ReliabilityReport",
     "format_reliability_markdown",
     "load_prompts",
@@ -71,9 +73,13 @@ GPU_ENGINE_MODES: dict[str, dict[str, object]] = {
 }
 
 
+def modes_for(device: str) -> dict[str, dict[str, object]]:
+    """The engine modes checked on `device` ("cpu" or "cuda")."""
+    return GPU_ENGINE_MODES if device == "cuda" else ENGINE_MODES
+
+
 def _engine(model: str, mode: str) -> LLM:
-    kwargs = ENGINE_MODES[mode] if mode in ENGINE_MODES else GPU_ENGINE_MODES[mode]
-    return LLM(model, **SMALL_ENGINE, **kwargs)
+    return LLM(model, **SMALL_ENGINE, **{**ENGINE_MODES, **GPU_ENGINE_MODES}[mode])
 
 
 # A small cache (96 tokens) for up to 6 requests of up to 64: preemption, chunked
@@ -92,6 +98,13 @@ FAULT_POINTS: dict[str, Callable[[LLMEngine], tuple[object, str]]] = {
     # Async scheduling only: a step's tokens are read while the next step runs.
     "token arrival": lambda engine: (SampledTokens, "get"),
 }
+
+
+def fault_points(mode: str) -> list[str]:
+    """The points a step of `mode` reaches: a synchronous step reads its tokens inside the
+    step, so only async modes have a separate token arrival."""
+    kwargs = {**ENGINE_MODES, **GPU_ENGINE_MODES}[mode]
+    return [p for p in FAULT_POINTS if p != "token arrival" or kwargs.get("async_scheduling")]
 
 
 @contextlib.contextmanager
@@ -269,6 +282,7 @@ def run_fault(
 @dataclass
 class ReliabilityReport:
     model: str
+    device: str
     loads: list[LoadResult]
     faults: list[FaultResult]
     num_fault_prompts: int
@@ -279,21 +293,21 @@ def run_reliability_report(
     num_prompts: int = 200,
     at_calls: tuple[int, ...] = (1, 4, 9),
     log: Callable[[str], None] = print,
+    device: str = "cpu",
 ) -> ReliabilityReport:
-    """The load in every mode, then every fault point x call x exception in every mode."""
+    """The load in every mode of `device`, then every fault point x call x exception."""
+    modes = modes_for(device)
     prompts, params = load_prompts(num_prompts, seed=0)
-    solo = solo_outputs(model, prompts, params)
+    solo = solo_outputs(model, prompts, params, device)
     loads = []
-    for mode in ENGINE_MODES:
+    for mode in modes:
         loads.append(run_load(mode, prompts, params, solo, model))
         log(f"load, {mode}: {loads[-1]}")
     fault_prompts, fault_params = load_prompts(12, seed=1)
-    fault_solo = solo_outputs(model, fault_prompts, fault_params)
+    fault_solo = solo_outputs(model, fault_prompts, fault_params, device)
     faults = []
-    for mode, kwargs in ENGINE_MODES.items():
-        for point in FAULT_POINTS:
-            if point == "token arrival" and not kwargs.get("async_scheduling"):
-                continue
+    for mode in modes:
+        for point in fault_points(mode):
             for at_call in at_calls:
                 for exception in (InjectedFault, KeyboardInterrupt):
                     faults.append(
@@ -309,7 +323,7 @@ def run_reliability_report(
                         )
                     )
         log(f"faults, {mode}: {sum(f.fired for f in faults if f.mode == mode)} injected")
-    return ReliabilityReport(model, loads, faults, len(fault_prompts))
+    return ReliabilityReport(model, device, loads, faults, len(fault_prompts))
 
 
 def format_reliability_markdown(report: ReliabilityReport, command: str) -> str:
@@ -317,8 +331,7 @@ def format_reliability_markdown(report: ReliabilityReport, command: str) -> str:
         "# Reliability: a load under preemption, and faults injected into steps",
         "",
         f"- date: {date.today().isoformat()}",
-        f"- machine: {platform.machine()}, {torch.get_num_threads()} torch threads; "
-        f"torch {torch.__version__}",
+        f"- machine: {_machine(report.device)}; torch {torch.__version__}",
         f"- command: `{command}`",
         f"- model: `{report.model}`; engine: "
         + ", ".join(f"`{name}={value}`" for name, value in SMALL_ENGINE.items()),
@@ -353,7 +366,7 @@ def format_reliability_markdown(report: ReliabilityReport, command: str) -> str:
         "| requests left behind | resumed equal to solo |",
         "|---|---|---|---|---|---|---|",
     ]
-    for mode in ENGINE_MODES:
+    for mode in modes_for(report.device):
         fired = [f for f in report.faults if f.mode == mode and f.fired]
         lines.append(_fault_row(mode, fired))
     lines.append(_fault_row("**all**", [f for f in report.faults if f.fired]))
@@ -361,6 +374,12 @@ def format_reliability_markdown(report: ReliabilityReport, command: str) -> str:
     points = sorted({f.point for f in report.faults})
     lines += ["", f"Points: {', '.join(points)} (token arrival: async modes only)."]
     return "\n".join(lines) + "\n"
+
+
+def _machine(device: str) -> str:
+    if device == "cuda":
+        return f"{torch.cuda.get_device_name()} (float32, so batched and solo runs round alike)"
+    return f"{platform.machine()}, {torch.get_num_threads()} torch threads"
 
 
 def _fault_row(label: str, faults: list[FaultResult]) -> str:

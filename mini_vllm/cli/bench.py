@@ -280,12 +280,14 @@ def _run_reliability(args: argparse.Namespace) -> int:
 
     if args.num_prompts < 1:
         raise UserError("--num-prompts must be >= 1")
-    if args.device != "cpu":
-        raise UserError("the reliability checks run the CPU engine modes: use --device cpu")
-    default_output = "benchmarks/results/reliability-cpu.md"
+    if args.device not in ("cpu", "cuda"):
+        raise UserError(f"--device {args.device}: use cpu or cuda")
+    default_output = f"benchmarks/results/reliability-{args.device}.md"
     _check_output(args, default_output)
-    report = run_reliability_report(args.model, args.num_prompts, log=_say)
+    report = run_reliability_report(args.model, args.num_prompts, log=_say, device=args.device)
     words = ["python", "-m", "mini_vllm", "bench", "reliability"]
+    if args.device != "cpu":
+        words += ["--device", args.device]
     if args.model != "tiny":
         words += ["--model", args.model]
     if args.num_prompts != 200:
