@@ -35,15 +35,32 @@ def lab_dir_of(test_file: str) -> Path:
     path = Path(test_file).resolve().parent
     while not path.name.startswith("lab-"):
         if path.parent == path:
-            raise ValueError(f"{test_file} is not inside a labs/lab-* folder")
+            raise ValueError(f"{test_file} is not inside a labs/phase-*/lab-* folder")
         path = path.parent
     return path
 
 
-def load_starter(lab_dir: Path, starter: str) -> types.ModuleType:
+def starter_path(lab_dir: Path, starter: str) -> Path:
+    """The starter file to test: the lab's own, or one from MINI_VLLM_STARTER_DIR.
+
+    That folder is laid out like labs/ (phase-02/lab-01-block-manager/block_manager.py),
+    or holds one lab's starter files side by side (a single submission).
+    """
     override = os.environ.get("MINI_VLLM_STARTER_DIR")
-    path = Path(override) / lab_dir.name / starter if override else lab_dir / starter
-    module_name = f"{lab_dir.name.replace('-', '_')}_{Path(starter).stem}_student"
+    if not override:
+        return lab_dir / starter
+    nested = Path(override) / lab_dir.parent.name / lab_dir.name / starter
+    flat = Path(override) / starter
+    if nested.exists() or not flat.exists():
+        return nested
+    return flat
+
+
+def load_starter(lab_dir: Path, starter: str) -> types.ModuleType:
+    path = starter_path(lab_dir, starter)
+    module_name = f"{lab_dir.parent.name}_{lab_dir.name}_{Path(starter).stem}_student".replace(
+        "-", "_"
+    )
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load the starter {path}")

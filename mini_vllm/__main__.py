@@ -20,6 +20,7 @@ COMMANDS = {
     "simulate": "mini_vllm.cli.simulate",
     "bench": "mini_vllm.cli.bench",
     "doctor": "mini_vllm.cli.doctor",
+    "grade": "mini_vllm.cli.grade",
 }
 
 

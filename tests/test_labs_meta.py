@@ -8,6 +8,8 @@ taken from the working tree. GPU-REQ tests skip in both runs where CUDA is absen
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
 import re
 import shutil
@@ -20,7 +22,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LABS = sorted(p for p in (ROOT / "labs").iterdir() if p.is_dir() and p.name.startswith("lab-"))
+LABS = sorted((ROOT / "labs").glob("phase-*/lab-*"))
+LAB_IDS = [f"{lab.parent.name}/{lab.name}" for lab in LABS]
 GPU_SKIP_MARK = "GPU-REQ"
 
 
@@ -118,7 +121,7 @@ def is_gpu_skip(outcome: Outcome) -> bool:
     )
 
 
-@pytest.mark.parametrize("lab", LABS, ids=[lab.name for lab in LABS])
+@pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
 def test_lab_layout(lab: Path):
     readme = lab / "README.md"
     assert readme.exists(), f"{lab.name} has no README.md"
@@ -126,7 +129,7 @@ def test_lab_layout(lab: Path):
     assert re.search(r"\b(CPU-OK|GPU-REQ)\b", text), (
         f"{lab.name}/README.md does not give the lab's tag"
     )
-    assert f"pytest labs/{lab.name}" in text, (
+    assert f"pytest labs/{lab.parent.name}/{lab.name}" in text, (
         f"{lab.name}/README.md does not give the exact pytest command"
     )
     assert starter_files(lab), f"{lab.name} has no starter file"
@@ -136,7 +139,7 @@ def test_lab_layout(lab: Path):
     assert list((lab / "tests").glob("test_*.py")), f"{lab.name} has no tests/test_*.py"
 
 
-@pytest.mark.parametrize("lab", LABS, ids=[lab.name for lab in LABS])
+@pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
 def test_lab_passes_on_reference(lab: Path, tmp_path: Path):
     outcomes = run_lab(lab, "ref", tmp_path)
     bad = [o for o in outcomes if o.status != "passed" and not is_gpu_skip(o)]
@@ -145,16 +148,16 @@ def test_lab_passes_on_reference(lab: Path, tmp_path: Path):
     )
 
 
-@pytest.mark.parametrize("lab", LABS, ids=[lab.name for lab in LABS])
+@pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
 def test_every_lab_test_fails_on_pristine_starter(lab: Path, tmp_path: Path):
-    starters = tmp_path / "starters" / lab.name
+    starters = tmp_path / "starters" / lab.parent.name / lab.name
     starters.mkdir(parents=True)
     for path in starter_files(lab):
         (starters / path.name).write_bytes(pristine_copy(path))
     for extra in ("data",):  # lab data files the starter reads, if any
         if (lab / extra).is_dir():
             shutil.copytree(lab / extra, starters / extra)
-    student = run_lab(lab, "student", tmp_path, starter_dir=starters.parent)
+    student = run_lab(lab, "student", tmp_path, starter_dir=starters.parent.parent)
     expected = collected_count(lab)
     assert len(student) == expected, (
         f"the starter run reported {len(student)} tests, the reference collects {expected}: "
@@ -169,3 +172,93 @@ def test_every_lab_test_fails_on_pristine_starter(lab: Path, tmp_path: Path):
     assert not odd_skips, "these lab tests skip on the starter instead of failing:\n" + "\n".join(
         odd_skips
     )
+
+
+# --- the starters keep the reference's given code -------------------------------------
+
+
+def starter_references(lab: Path) -> dict[str, list[str]]:
+    """{starter file: reference modules}, read from the `implementation(...)` calls of the
+    lab's tests."""
+    pairs: dict[str, list[str]] = {}
+    for test_file in sorted((lab / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(test_file.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "implementation":
+                kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+                refs = kwargs["reference"]
+                refs = [refs] if isinstance(refs, str) else list(refs)
+                pairs.setdefault(kwargs["starter"], [])
+                pairs[kwargs["starter"]] += [r for r in refs if r not in pairs[kwargs["starter"]]]
+    return pairs
+
+
+def _without_docstring(node: ast.AST) -> str:
+    body = list(getattr(node, "body", []))
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    copy = type(node)(**{**{f: getattr(node, f) for f in node._fields}, "body": body})
+    return ast.dump(copy)
+
+
+def given_pieces(path: Path) -> dict[str, str]:
+    """What a file defines, without docstrings: each top-level function, each method, and
+    each class's field declarations (a dataclass's fields, an enum's members)."""
+    found = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found[node.name] = _without_docstring(node)
+        elif isinstance(node, ast.ClassDef):
+            fields = [ast.dump(i) for i in node.body if isinstance(i, (ast.AnnAssign, ast.Assign))]
+            found[f"{node.name} (fields)"] = "\n".join(fields)
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    found[f"{node.name}.{item.name}"] = _without_docstring(item)
+    return found
+
+
+def starter_differs(lab: Path) -> dict[str, str]:
+    """{piece: why the starter's differs}, from the lab's `STARTER_DIFFERS` in
+    tests/lab_mutants/ (the reference does more than the lab asks, say)."""
+    phase, number = lab.parent.name.removeprefix("phase-"), lab.name.split("-")[1]
+    path = ROOT / "tests" / "lab_mutants" / f"phase{phase}_lab{number}.py"
+    if not path.exists():
+        return {}
+    spec = importlib.util.spec_from_file_location(f"lab_checks_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    differs = dict(getattr(module, "STARTER_DIFFERS", {}))
+    assert all(isinstance(why, str) and why for why in differs.values()), (
+        f"{path.name}: every STARTER_DIFFERS entry says why"
+    )
+    return differs
+
+
+STARTER_PAIRS = [
+    pytest.param(lab, starter, refs, id=f"{lab.parent.name}/{lab.name}/{starter}")
+    for lab in LABS
+    for starter, refs in starter_references(lab).items()
+]
+
+
+@pytest.mark.parametrize(("lab", "starter", "references"), STARTER_PAIRS)
+def test_starter_given_code_matches_the_reference(lab: Path, starter: str, references: list[str]):
+    """What a starter gives (not a TODO) is the reference's code, so that a student builds
+    on exactly what the reference has: a dataclass field or a helper that drifted would
+    make the lab test something else than the engine runs."""
+    reference: dict[str, str] = {}
+    for module in references:
+        origin = importlib.util.find_spec(module).origin
+        for name, dump in given_pieces(Path(origin)).items():
+            reference.setdefault(name, dump)
+    mine = given_pieces(lab / starter)
+    allowed = starter_differs(lab)
+    stale = [
+        name
+        for name, dump in mine.items()
+        if "NotImplementedError" not in dump
+        and name in reference
+        and reference[name] != dump
+        and name not in allowed
+    ]
+    assert not stale, f"{lab.name}/{starter} gives code that differs from {references}: {stale}"
+    assert any("NotImplementedError" in dump for dump in mine.values())

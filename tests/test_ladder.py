@@ -24,7 +24,7 @@ from mini_vllm.config.capture_sizes import default_capture_sizes
 from mini_vllm.llm import LLM
 
 ROOT = Path(__file__).resolve().parent.parent
-LAB_TRACE = ROOT / "labs" / "lab-12-capture-ladder" / "data" / "trace.json"
+LAB_TRACE = ROOT / "labs" / "phase-06/lab-01-capture-ladder" / "data" / "trace.json"
 
 
 def long_tailed_trace(n: int = 4000, seed: int = 0) -> list[int]:

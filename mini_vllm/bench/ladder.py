@@ -16,7 +16,8 @@ padded token counts and the runtime mode (vllm/compilation/cuda_graph.py,
 3. choose the ladder with the least padding that keeps the decode graph hit rate above
    a target with at most N graphs (`choose_ladder`).
 
-    .venv/bin/python -m mini_vllm.bench.ladder --out labs/lab-12-capture-ladder/data/trace.json
+    .venv/bin/python -m mini_vllm.bench.ladder \
+        --out labs/phase-06/lab-01-capture-ladder/data/trace.json
 """
 
 from __future__ import annotations

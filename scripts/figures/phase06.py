@@ -4,7 +4,7 @@
     .venv/bin/python scripts/figures/phase06.py              # all figures into book/src/figures/
     .venv/bin/python scripts/figures/phase06.py --only ladder-tradeoff.png --out-dir /tmp
 
-The numbers come from the run recorded in labs/lab-12-capture-ladder/data/trace.json
+The numbers come from the run recorded in labs/phase-06/lab-01-capture-ladder/data/trace.json
 (the tiny model served on CPU by the engine; regenerate it with the command stored in
 the file) and from `mini_vllm.bench.ladder`. Reading a recorded run rather than timing a new
 one keeps the PNGs deterministic. Same pattern as scripts/figures/phase05.py: one function
@@ -39,7 +39,7 @@ __all__ = [
     "ttft_vs_itl_figure",
 ]
 
-TRACE_FILE = ROOT / "labs" / "lab-12-capture-ladder" / "data" / "trace.json"
+TRACE_FILE = ROOT / "labs" / "phase-06/lab-01-capture-ladder" / "data" / "trace.json"
 GRAPH_BUDGET = 6  # the budget the chapter uses: as many rungs as powers of two up to 32
 _CHOSEN_COLOR = "#2471a3"
 _NAIVE_COLOR = "#c0392b"
@@ -236,7 +236,7 @@ def ttft_vs_itl_figure() -> Figure:
     right.set_title("A prefill step stretches every ITL")
     right.legend(loc="upper left", frameon=False)
     fig.suptitle(
-        "tiny model on CPU, recorded run of labs/lab-12-capture-ladder",
+        "tiny model on CPU, recorded run of labs/phase-06/lab-01-capture-ladder",
         fontsize=8,
         y=0.02,
         va="bottom",

@@ -1,0 +1,400 @@
+"""Phase 01, lab 01 — the layers of a Llama: RMSNorm, RoPE, grouped-query attention over a
+KV cache, SwiGLU.
+
+Each layer is checked against a formula written out here in float64, not against
+mini_vllm's code: RMSNorm's definition, the rotation of each channel pair, attention
+with the KV heads explicitly repeated (Hugging Face's `repeat_kv` order), and
+silu(gate) * up. The last test puts your four layers into mini_vllm's `tiny` Llama
+and compares its logits with the untouched model's.
+"""
+
+import copy
+import math
+
+import pytest
+import torch
+
+from labkit import implementation
+from mini_vllm.attention.contiguous import ContiguousAttentionBackend as ReferenceBackend
+from mini_vllm.config.compilation import CUDAGraphMode
+from mini_vllm.forward_context import set_forward_context
+from mini_vllm.layers.attention import bind_kv_caches
+from mini_vllm.models.loader import load_model
+from mini_vllm.weights.gguf_file import permute_rows
+
+impl = implementation(
+    __file__,
+    starter="layers.py",
+    reference=[
+        "mini_vllm.layers.layernorm",
+        "mini_vllm.layers.rotary_embedding",
+        "mini_vllm.attention.contiguous",
+        "mini_vllm.layers.activation",
+    ],
+)
+
+
+def rng(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(*shape, seed=0):
+    return torch.randn(*shape, generator=rng(seed))
+
+
+# -- RMSNorm --------------------------------------------------------------------------
+
+
+def rms_formula(x, weight, eps):
+    x = x.double()
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.double()
+
+
+def make_norm(hidden, eps=1e-5, seed=1):
+    norm = impl.RMSNorm(hidden, eps=eps)
+    with torch.no_grad():
+        norm.weight.copy_(1.0 + 0.5 * randn(hidden, seed=seed))
+    return norm
+
+
+def test_rmsnorm_equals_the_formula():
+    norm = make_norm(32)
+    x = randn(5, 32)
+    torch.testing.assert_close(
+        norm(x).double(), rms_formula(x, norm.weight, 1e-5), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_rmsnorm_with_residual_adds_first_and_returns_the_sum():
+    norm = make_norm(32)
+    x, residual = randn(4, 32, seed=2), randn(4, 32, seed=3)
+    out, new_residual = norm(x, residual)
+    torch.testing.assert_close(new_residual, x + residual)
+    torch.testing.assert_close(
+        out.double(), rms_formula(x + residual, norm.weight, 1e-5), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_rmsnorm_ignores_the_scale_of_its_input():
+    norm = make_norm(16, eps=1e-12)
+    x = randn(3, 16, seed=4)
+    torch.testing.assert_close(norm(x * 37.0), norm(x), rtol=1e-5, atol=1e-6)
+
+
+def test_rmsnorm_uses_eps():
+    norm = impl.RMSNorm(8, eps=1.0)
+    x = torch.full((1, 8), 1.0)
+    torch.testing.assert_close(norm(x), torch.full((1, 8), 1.0 / math.sqrt(2.0)))
+
+
+def test_rmsnorm_keeps_the_activation_dtype():
+    norm = make_norm(64).to(torch.bfloat16)
+    x = randn(2, 64).to(torch.bfloat16)
+    out = norm(x)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(
+        out.double(), rms_formula(x, norm.weight, 1e-5), rtol=2e-2, atol=2e-2
+    )
+
+
+# -- RoPE -----------------------------------------------------------------------------
+
+HEAD_DIM, BASE = 16, 10000.0
+
+
+def rope_formula(x, positions, neox=True, base=BASE):
+    """Rotate every head of x `[T, heads * D]` by its token's position, pair by pair, in float64."""
+    T, D = x.shape[0], HEAD_DIM
+    x = x.double().view(T, -1, D)
+    out = torch.empty_like(x)
+    for i in range(D // 2):
+        theta = base ** (-2.0 * i / D)
+        angle = positions.double().view(T, 1) * theta
+        a, b = (i, i + D // 2) if neox else (2 * i, 2 * i + 1)
+        out[..., a] = x[..., a] * angle.cos() - x[..., b] * angle.sin()
+        out[..., b] = x[..., b] * angle.cos() + x[..., a] * angle.sin()
+    return out.view(T, -1)
+
+
+def make_rope(neox=True):
+    return impl.RotaryEmbedding(HEAD_DIM, max_position=64, base=BASE, is_neox_style=neox)
+
+
+def test_rope_inverse_frequencies_are_powers_of_the_base():
+    inv_freq = impl.rope_inverse_frequencies(HEAD_DIM, BASE)
+    expected = torch.tensor([BASE ** (-2.0 * i / HEAD_DIM) for i in range(HEAD_DIM // 2)])
+    torch.testing.assert_close(inv_freq.double(), expected.double(), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("neox", [True, False], ids=["rotate_half", "interleaved"])
+def test_rope_rotates_each_channel_pair_by_position_times_frequency(neox):
+    rope = make_rope(neox)
+    positions = torch.tensor([0, 5, 1, 63, 17])  # tokens of several sequences, flattened
+    q, k = randn(5, 4 * HEAD_DIM, seed=5), randn(5, 2 * HEAD_DIM, seed=6)
+    q_rot, k_rot = rope(positions, q, k)
+    assert q_rot.shape == q.shape and k_rot.shape == k.shape
+    torch.testing.assert_close(
+        q_rot.double(), rope_formula(q, positions, neox), rtol=1e-5, atol=1e-5
+    )
+    torch.testing.assert_close(
+        k_rot.double(), rope_formula(k, positions, neox), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_rope_at_position_zero_changes_nothing():
+    q, k = randn(2, 2 * HEAD_DIM, seed=7), randn(2, HEAD_DIM, seed=8)
+    q_rot, k_rot = make_rope()(torch.tensor([0, 0]), q, k)
+    torch.testing.assert_close(q_rot, q)
+    torch.testing.assert_close(k_rot, k)
+
+
+def test_rope_preserves_the_norm_of_every_head():
+    q, k = randn(6, 3 * HEAD_DIM, seed=9), randn(6, HEAD_DIM, seed=10)
+    q_rot, k_rot = make_rope()(torch.arange(6) * 7, q, k)
+    torch.testing.assert_close(q_rot.view(6, 3, -1).norm(dim=-1), q.view(6, 3, -1).norm(dim=-1))
+    torch.testing.assert_close(k_rot.norm(dim=-1), k.norm(dim=-1))
+
+
+@pytest.mark.parametrize("neox", [True, False], ids=["rotate_half", "interleaved"])
+def test_rope_score_depends_only_on_the_position_difference(neox):
+    rope = make_rope(neox)
+    q, k = randn(1, HEAD_DIM, seed=11), randn(1, HEAD_DIM, seed=12)
+
+    def score(m, n):
+        q_rot, _ = rope(torch.tensor([m]), q, k)
+        _, k_rot = rope(torch.tensor([n]), q, k)
+        return float((q_rot * k_rot).sum())
+
+    assert score(9, 4) == pytest.approx(score(30, 25), rel=1e-4, abs=1e-5)
+    assert score(9, 4) == pytest.approx(score(5, 0), rel=1e-4, abs=1e-5)
+    assert score(9, 4) != pytest.approx(score(9, 7), rel=1e-3)
+
+
+def test_rope_llama_cpp_row_order_with_interleaved_rope_gives_the_same_scores():
+    # llama.cpp stores W_q and W_k with the rows of every head permuted so that its
+    # interleaved RoPE computes what rotate-half RoPE computes on the original rows.
+    hidden, heads = 24, 2
+    w_q, w_k = randn(heads * HEAD_DIM, hidden, seed=13), randn(heads * HEAD_DIM, hidden, seed=14)
+    x = randn(3, hidden, seed=15)
+    positions = torch.tensor([0, 4, 11])
+    rotate_half, interleaved = make_rope(True), make_rope(False)
+
+    def scores(rope, wq, wk):
+        q, k = rope(positions, x @ wq.T, x @ wk.T)
+        q, k = q.view(3, heads, HEAD_DIM), k.view(3, heads, HEAD_DIM)
+        return torch.einsum("thd,shd->hts", q, k)
+
+    original = scores(rotate_half, w_q, w_k)
+    llama_cpp = scores(interleaved, permute_rows(w_q, heads), permute_rows(w_k, heads))
+    torch.testing.assert_close(llama_cpp, original, rtol=1e-4, atol=1e-4)
+    wrong = scores(rotate_half, permute_rows(w_q, heads), permute_rows(w_k, heads))
+    assert not torch.allclose(wrong, original, rtol=1e-3, atol=1e-3)
+
+
+# -- grouped-query attention over a contiguous cache ----------------------------------
+
+H, HKV, D = 4, 2, 8  # 4 query heads share 2 KV heads: groups of 2
+
+
+def attention_formula(q, keys, values, q_positions):
+    """q `[Tq, H, D]`, keys/values `[Tk, Hkv, D]` of one sequence -> `[Tq, H, D]`, float64.
+
+    Query head h reads KV head h // (H // Hkv) (Hugging Face's `repeat_kv` order); a
+    query at position p sees keys 0..p.
+    """
+    group = q.shape[1] // keys.shape[1]
+    k = keys.double().repeat_interleave(group, dim=1)
+    v = values.double().repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.double(), k) / math.sqrt(q.shape[-1])
+    visible = torch.arange(keys.shape[0]).view(1, -1) <= q_positions.view(-1, 1)
+    scores = scores.masked_fill(~visible, float("-inf"))
+    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
+
+
+def new_cache(batch, max_len):
+    return impl.allocate_contiguous_kv_caches(1, batch, max_len, HKV, D, torch.float32, "cpu")[0]
+
+
+def qkv(tokens, seed):
+    return (
+        randn(tokens, H, D, seed=seed),
+        randn(tokens, HKV, D, seed=seed + 1),
+        randn(tokens, HKV, D, seed=seed + 2),
+    )
+
+
+def test_attention_prefill_equals_causal_attention_with_repeated_kv_heads():
+    batch, n = 2, 5
+    q, k, v = qkv(batch * n, seed=20)
+    out = impl.ContiguousAttentionBackend().forward(
+        q, k, v, new_cache(batch, 8), impl.ContiguousAttentionMetadata.prefill(batch, n)
+    )
+    assert out.shape == (batch * n, H, D)
+    for b in range(batch):
+        rows = slice(b * n, (b + 1) * n)
+        expected = attention_formula(q[rows], k[rows], v[rows], torch.arange(n))
+        torch.testing.assert_close(out[rows].double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_prefill_writes_keys_and_values_at_their_positions_only():
+    batch, n = 2, 3
+    q, k, v = qkv(batch * n, seed=30)
+    cache = new_cache(batch, 6)
+    impl.ContiguousAttentionBackend().forward(
+        q, k, v, cache, impl.ContiguousAttentionMetadata.prefill(batch, n)
+    )
+    torch.testing.assert_close(cache[0, :, :n], k.view(batch, n, HKV, D))
+    torch.testing.assert_close(cache[1, :, :n], v.view(batch, n, HKV, D))
+    assert (cache[:, :, n:] == 0).all(), "positions after the new tokens must stay untouched"
+
+
+def test_attention_decode_step_writes_at_start_pos_and_reads_the_whole_cache():
+    batch, n = 2, 4
+    backend, cache = impl.ContiguousAttentionBackend(), new_cache(batch, 8)
+    q, k, v = qkv(batch * n, seed=40)
+    backend.forward(q, k, v, cache, impl.ContiguousAttentionMetadata.prefill(batch, n))
+    q1, k1, v1 = qkv(batch, seed=50)
+    out = backend.forward(q1, k1, v1, cache, impl.ContiguousAttentionMetadata.decode(batch, n))
+    assert out.shape == (batch, H, D)
+    torch.testing.assert_close(cache[0, :, n], k1)
+    torch.testing.assert_close(cache[1, :, n], v1)
+    for b in range(batch):
+        keys = torch.cat([k[b * n : (b + 1) * n], k1[b : b + 1]])
+        values = torch.cat([v[b * n : (b + 1) * n], v1[b : b + 1]])
+        expected = attention_formula(q1[b : b + 1], keys, values, torch.tensor([n]))
+        torch.testing.assert_close(out[b : b + 1].double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_several_new_tokens_on_top_of_a_filled_cache():
+    # A prompt in two chunks: the second chunk's queries
+    # see the first chunk and, causally, themselves.
+    backend, cache = impl.ContiguousAttentionBackend(), new_cache(1, 8)
+    q, k, v = qkv(6, seed=60)
+    backend.forward(q[:4], k[:4], v[:4], cache, impl.ContiguousAttentionMetadata.prefill(1, 4))
+    out = backend.forward(q[4:], k[4:], v[4:], cache, impl.ContiguousAttentionMetadata(1, 4, 2))
+    expected = attention_formula(q[4:], k, v, torch.tensor([4, 5]))
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_query_head_h_reads_kv_head_h_over_group():
+    # Every value of KV head j is j + 1, so whatever the attention weights, query head
+    # h outputs the number (plus one) of the KV head it reads: heads 0, 1 -> 1; 2, 3 -> 2.
+    q, k, _ = qkv(3, seed=70)
+    v = torch.arange(1.0, HKV + 1).view(1, HKV, 1).expand(3, HKV, D).contiguous()
+    backend = impl.ContiguousAttentionBackend()
+    cache = new_cache(1, 4)
+    prefill = backend.forward(q, k, v, cache, impl.ContiguousAttentionMetadata.prefill(1, 3))
+    decode = backend.forward(
+        q[:1], k[:1], v[:1], cache, impl.ContiguousAttentionMetadata.decode(1, 3)
+    )
+    expected = torch.tensor([1.0, 1.0, 2.0, 2.0])
+    torch.testing.assert_close(prefill[:, :, 0], expected.expand(3, H))
+    torch.testing.assert_close(decode[:, :, 0], expected.expand(1, H))
+
+
+def test_attention_prefill_is_causal():
+    q, k, v = qkv(5, seed=80)
+    out = impl.ContiguousAttentionBackend().forward(
+        q, k, v, new_cache(1, 5), impl.ContiguousAttentionMetadata.prefill(1, 5)
+    )
+    k2, v2 = k.clone(), v.clone()
+    k2[4] += 3.0
+    v2[4] -= 3.0
+    out2 = impl.ContiguousAttentionBackend().forward(
+        q, k2, v2, new_cache(1, 5), impl.ContiguousAttentionMetadata.prefill(1, 5)
+    )
+    torch.testing.assert_close(out2[:4], out[:4])
+    assert not torch.allclose(out2[4], out[4])
+
+
+def test_attention_step_past_the_end_of_the_cache_is_refused():
+    q, k, v = qkv(3, seed=90)
+    with pytest.raises(ValueError):
+        impl.ContiguousAttentionBackend().forward(
+            q, k, v, new_cache(1, 2), impl.ContiguousAttentionMetadata.prefill(1, 3)
+        )
+
+
+# -- SwiGLU ---------------------------------------------------------------------------
+
+
+def test_silu_and_mul_equals_silu_of_gate_times_up():
+    gate, up = randn(3, 10, seed=100), randn(3, 10, seed=101)
+    out = impl.SiluAndMul()(torch.cat([gate, up], dim=-1))
+    g = gate.double()
+    torch.testing.assert_close(
+        out.double(), g * torch.sigmoid(g) * up.double(), rtol=1e-6, atol=1e-6
+    )
+
+
+def test_silu_and_mul_halves_the_last_dimension():
+    assert impl.SiluAndMul()(randn(2, 7, 12)).shape == (2, 7, 6)
+
+
+# -- end to end: your layers inside a Llama -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    """(reference tiny model with non-trivial norm weights, the same model with your layers)."""
+    model, _, config = load_model("tiny", device="cpu", dtype=torch.float32, seed=0)
+    with torch.no_grad():
+        for i, norm in enumerate(m for name, m in model.named_modules() if name.endswith("norm")):
+            norm.weight.copy_(1.0 + 0.3 * randn(config.hidden_size, seed=200 + i))
+    yours = copy.deepcopy(model)
+    rope = impl.RotaryEmbedding(config.head_dim, config.max_position_embeddings, config.rope_theta)
+
+    def your_norm(old):
+        new = impl.RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        with torch.no_grad():
+            new.weight.copy_(old.weight)
+        return new
+
+    for layer in yours.model.layers:
+        layer.input_layernorm = your_norm(layer.input_layernorm)
+        layer.post_attention_layernorm = your_norm(layer.post_attention_layernorm)
+        layer.self_attn.rotary_emb = rope
+        layer.mlp.act_fn = impl.SiluAndMul()
+    yours.model.norm = your_norm(yours.model.norm)
+    return model, yours
+
+
+def run_steps(model, backend, prompts, decode_tokens):
+    """Prefill a batch of equal-length prompts, then
+    decode the given tokens; logits of every step."""
+    cfg = model.config
+    batch, n = len(prompts), len(prompts[0])
+    cache = [
+        torch.zeros(2, batch, n + len(decode_tokens), cfg.num_key_value_heads, cfg.head_dim)
+        for _ in range(cfg.num_hidden_layers)
+    ]
+    bind_kv_caches(model, backend, cache)
+    steps = []
+    try:
+        with torch.inference_mode():
+            ids = torch.tensor([t for p in prompts for t in p])
+            positions = torch.arange(n).repeat(batch)
+            with set_forward_context(
+                CUDAGraphMode.NONE, attn_metadata=impl.ContiguousAttentionMetadata.prefill(batch, n)
+            ):
+                steps.append(model.compute_logits(model(ids, positions)))
+            for i, token in enumerate(decode_tokens):
+                ids = torch.full((batch,), token)
+                positions = torch.full((batch,), n + i)
+                with set_forward_context(
+                    CUDAGraphMode.NONE,
+                    attn_metadata=impl.ContiguousAttentionMetadata.decode(batch, n + i),
+                ):
+                    steps.append(model.compute_logits(model(ids, positions)))
+    finally:
+        bind_kv_caches(model, None, None)
+    return torch.cat(steps)
+
+
+def test_tiny_llama_with_your_layers_gives_the_reference_logits(tiny_pair):
+    reference, yours = tiny_pair
+    prompts = [[256, 10, 20, 30, 40, 50, 60], [256, 70, 80, 90, 100, 110, 120]]
+    expected = run_steps(reference, ReferenceBackend(), prompts, [65, 66, 67])
+    got = run_steps(yours, impl.ContiguousAttentionBackend(), prompts, [65, 66, 67])
+    error = ((got.double() - expected.double()).norm() / expected.double().norm()).item()
+    assert error < 1e-5, f"relative error of the logits: {error:.2e}"

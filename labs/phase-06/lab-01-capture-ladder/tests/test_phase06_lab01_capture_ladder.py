@@ -1,0 +1,195 @@
+"""Phase 06, lab 01 — a capture ladder chosen from a recorded trace, scored by the engine's
+own accounting."""
+
+import itertools
+import json
+
+import pytest
+
+from labkit import implementation, lab_dir_of
+from mini_vllm.engine.stats import EngineStats, StepRecord
+
+impl = implementation(__file__, starter="ladder.py", reference="mini_vllm.bench.ladder")
+
+RECORDED = json.loads((lab_dir_of(__file__) / "data" / "trace.json").read_text())
+TRACE = RECORDED["decode_batch_sizes"]
+
+
+def step(tokens, uniform=True, prefill=0, mode="NONE", padded=None):
+    return StepRecord(
+        num_reqs=tokens,
+        num_tokens=tokens,
+        num_padded_tokens=padded or tokens,
+        num_prefill_tokens=prefill,
+        num_decode_tokens=tokens - prefill,
+        uniform_decode=uniform,
+        runtime_mode=mode,
+        seconds=0.0,
+    )
+
+
+# --- the trace and the score ---------------------------------------------------------
+
+
+def test_trace_keeps_only_uniform_decode_steps_in_order():
+    stats = EngineStats(
+        steps=[
+            step(40, uniform=False, prefill=37),
+            step(3),
+            step(9, uniform=False, prefill=6),
+            step(5),
+            step(1),
+        ]
+    )
+    assert impl.trace_from_stats(stats) == [3, 5, 1]
+
+
+def test_rung_lookup_pads_each_step_up_to_the_next_rung():
+    score = impl.evaluate_ladder([3, 4, 5, 8, 1], [8, 4])
+    assert score.ladder == (4, 8)
+    assert score.padding_tokens == 1 + 0 + 3 + 0 + 3
+    assert score.graph_steps == score.decode_steps == 5
+    assert score.real_tokens == 21
+
+
+def test_steps_above_the_top_rung_are_misses_that_add_no_padding():
+    score = impl.evaluate_ladder({2: 6, 16: 3, 17: 1}, [4, 16])
+    assert score.decode_steps == 10 and score.graph_steps == 9
+    assert score.hit_rate == pytest.approx(0.9)
+    assert score.padding_tokens == 6 * 2  # the 17 runs eagerly, unpadded
+    assert score.padding_waste == pytest.approx(12 / (12 + 48 + 17))
+
+
+def test_engine_accounting_pads_and_routes_like_the_dispatcher():
+    stats = impl.score_with_engine([3, 8, 9, 20], [4, 8, 16], max_num_seqs=16)
+    assert [s.num_padded_tokens for s in stats.steps] == [4, 8, 16, 20]
+    assert [s.runtime_mode for s in stats.steps] == ["FULL", "FULL", "FULL", "NONE"]
+    assert all(s.uniform_decode for s in stats.steps)
+    assert [s.num_tokens for s in stats.steps] == [3, 8, 9, 20]
+
+
+def test_engine_accounting_uses_piecewise_when_only_piecewise_is_captured():
+    stats = impl.score_with_engine([3, 30], [4, 8], cudagraph_mode="PIECEWISE")
+    assert [(s.runtime_mode, s.num_padded_tokens) for s in stats.steps] == [
+        ("PIECEWISE", 4),
+        ("NONE", 30),
+    ]
+
+
+@pytest.mark.parametrize(
+    "ladder", [[1, 2, 4, 8, 16, 32], [4, 12, 20], [23], [1, 2, 3, 5, 8, 13, 21]]
+)
+def test_hit_rate_and_waste_equal_the_engine_stats_on_the_recorded_trace(ladder):
+    score = impl.evaluate_ladder(TRACE, ladder)
+    stats = impl.score_with_engine(TRACE, ladder, max_num_seqs=64)
+    assert score.hit_rate == pytest.approx(stats.decode_graph_hit_rate, abs=1e-12)
+    assert score.padding_waste == pytest.approx(stats.padding_waste, abs=1e-12)
+
+
+# --- choosing ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_graphs", [1, 4, 6, 8])
+def test_chosen_ladder_reaches_92_percent_on_the_recorded_trace(max_graphs):
+    ladder = impl.choose_ladder(TRACE, max_graphs)
+    assert impl.evaluate_ladder(TRACE, ladder).hit_rate >= 0.92
+
+
+@pytest.mark.parametrize("max_graphs", range(1, 13))
+def test_chosen_ladder_never_exceeds_the_graph_bound(max_graphs):
+    ladder = impl.choose_ladder(TRACE, max_graphs)
+    assert 1 <= len(ladder) <= max_graphs
+    assert ladder == sorted(set(ladder))
+
+
+def test_every_rung_is_a_batch_size_the_trace_holds():
+    assert set(impl.choose_ladder(TRACE, 8)) <= set(TRACE)
+
+
+def test_chosen_ladder_pads_less_than_powers_of_two_with_the_same_count():
+    naive = impl.powers_of_two_ladder(6)  # 1..32: the smallest such ladder that reaches 92% here
+    assert impl.evaluate_ladder(TRACE, naive).hit_rate >= 0.92
+    chosen = impl.choose_ladder(TRACE, len(naive))
+    assert (
+        impl.evaluate_ladder(TRACE, chosen).padding_waste
+        < impl.evaluate_ladder(TRACE, naive).padding_waste / 2
+    )
+
+
+def test_more_graphs_never_pad_more():
+    wastes = [
+        impl.evaluate_ladder(TRACE, impl.choose_ladder(TRACE, n)).padding_waste
+        for n in range(1, 11)
+    ]
+    assert all(b <= a for a, b in zip(wastes, wastes[1:]))
+    assert wastes[-1] < wastes[0]
+
+
+def test_chosen_ladder_is_optimal_on_a_small_trace():
+    trace = {1: 5, 2: 9, 3: 2, 5: 7, 6: 1, 9: 4, 12: 6, 15: 1, 20: 1}
+    total = sum(trace.values())
+    for max_graphs in (1, 2, 3, 4):
+        chosen = impl.evaluate_ladder(
+            trace, impl.choose_ladder(trace, max_graphs, min_hit_rate=0.9)
+        )
+        best = min(
+            impl.evaluate_ladder(trace, rungs).padding_tokens
+            for n in range(1, max_graphs + 1)
+            for rungs in itertools.combinations(sorted(trace), n)
+            if sum(c for s, c in trace.items() if s <= max(rungs)) >= 0.9 * total
+        )
+        assert chosen.hit_rate >= 0.9
+        assert chosen.padding_tokens == best, (
+            f"{max_graphs} graphs: {chosen.ladder} is not the least padding"
+        )
+
+
+def test_a_full_hit_rate_puts_the_top_rung_on_the_largest_batch():
+    assert impl.choose_ladder(TRACE, 5, min_hit_rate=1.0)[-1] == max(TRACE)
+
+
+def test_as_many_graphs_as_sizes_means_no_padding():
+    trace = [3, 3, 7, 10, 10, 10]
+    assert impl.choose_ladder(trace, 3, min_hit_rate=1.0) == [3, 7, 10]
+
+
+def test_infeasible_request_raises_a_clear_error():
+    with pytest.raises(ValueError, match="hit rate"):
+        impl.choose_ladder(TRACE, 8, min_hit_rate=0.92, max_capture_size=8)
+
+
+@pytest.mark.parametrize("kwargs", [{"max_graphs": 0}, {"max_graphs": 4, "min_hit_rate": 1.5}])
+def test_bad_bounds_are_errors(kwargs):
+    with pytest.raises(ValueError):
+        impl.choose_ladder(TRACE, **kwargs)
+
+
+def test_empty_trace_is_an_error():
+    with pytest.raises(ValueError):
+        impl.choose_ladder([], 4)
+
+
+# --- the real engine -----------------------------------------------------------------
+
+
+def test_the_real_engine_replays_the_chosen_ladder_at_92_percent():
+    from mini_vllm.bench.ladder import make_workload, run_workload
+    from mini_vllm.llm import LLM
+
+    ladder = impl.choose_ladder(TRACE, 6)
+    llm = LLM(
+        "tiny",
+        device="cpu",
+        dtype="float32",
+        max_num_seqs=64,
+        cudagraph_mode="FULL_AND_PIECEWISE",
+        cudagraph_capture_sizes=ladder,
+    )
+    workload = RECORDED["workload"]
+    run_workload(llm, make_workload(workload["num_requests"], workload["seed"]))
+    seen = impl.trace_from_stats(llm.stats)
+    assert seen == TRACE  # batch sizes depend on the scheduler only, not on the machine
+    assert llm.stats.decode_graph_hit_rate >= 0.92
+    assert llm.stats.decode_graph_hit_rate == pytest.approx(
+        impl.evaluate_ladder(seen, ladder).hit_rate, abs=1e-12
+    )
