@@ -1,13 +1,17 @@
-"""Planted mistakes: the reference with one student error in it, which a lab's tests must catch.
+"""Planted mistakes and later steps left out: the reference changed on the fly for the lab checks.
 
 A `Mutant` names one mistake students make in a lab, as a textual change to one module
 of `mini_vllm`: `old` must occur exactly once in that module's source and becomes `new`.
-Each lab's mutants live in `tests/lab_mutants/<phase>_<lab>.py` (instructors read them
-as the lab's common mistakes); `tests/test_lab_mutants.py` runs the lab's tests against
+Each lab's mutants live in `tests/lab_checks/<phase>_<lab>.py` (instructors read them
+as the lab's common mistakes); `tests/test_lab_checks.py` runs the lab's tests against
 the reference with each mutant applied and fails if any mutant passes them all.
 
+The same file's `STEPS` says which reference functions each step of the lab asks for;
+`Stubs` replaces a set of them with `raise NotImplementedError`, so that the check can
+run step k's tests on a reference whose later steps are missing, as a student's would be.
+
 Applied on the fly, never on disk: run pytest with `-p mutation` and the environment
-variable MINI_VLLM_MUTANT holding a mutant as JSON (`Mutant.to_env()`). The plugin puts
+variable MINI_VLLM_MUTANT holding a `Mutant` or `Stubs` as JSON (`to_env()`). The plugin puts
 an import hook in front of the normal one, so the named module is compiled from the
 changed source the first time anything imports it; bytecode is neither read nor written
 for it. If the lab never imports the module, the mutant cannot change anything and the
@@ -61,6 +65,50 @@ class Mutant:
         return source.replace(self.old, self.new)
 
 
+@dataclass(frozen=True)
+class Stubs:
+    """Reference functions ("module:Class.method" or "module:function") whose bodies become
+    `raise NotImplementedError`."""
+
+    targets: tuple[str, ...]
+
+    def to_env(self) -> str:
+        return json.dumps({"stubs": list(self.targets)})
+
+    def modules(self) -> dict[str, str]:
+        """{module: its source with the targets stubbed}."""
+        by_module: dict[str, list[str]] = {}
+        for target in self.targets:
+            module, _, qualname = target.partition(":")
+            by_module.setdefault(module, []).append(qualname)
+        return {module: _stubbed_source(module, names) for module, names in by_module.items()}
+
+
+def _stubbed_source(module: str, qualnames: list[str]) -> str:
+    import ast
+
+    spec = importlib.util.find_spec(module)
+    with open(spec.origin, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    missing = set(qualnames)
+
+    def visit(body: list, prefix: str) -> None:
+        for node in body:
+            name = f"{prefix}{getattr(node, 'name', '')}"
+            if isinstance(node, ast.ClassDef):
+                visit(node.body, f"{name}.")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and name in missing:
+                message = ast.Constant(f"{name} is left out (a later step)")
+                call = ast.Call(ast.Name("NotImplementedError", ast.Load()), [message], [])
+                node.body = [ast.Raise(exc=call, cause=None)]
+                missing.discard(name)
+
+    visit(tree.body, "")
+    if missing:
+        raise ValueError(f"no function {sorted(missing)} in {module}: update the lab's STEPS")
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
 class _MutatedLoader(importlib.machinery.SourceFileLoader):
     def __init__(self, fullname: str, path: str, source: str):
         super().__init__(fullname, path)
@@ -76,23 +124,31 @@ class _MutatedLoader(importlib.machinery.SourceFileLoader):
 
 
 class _MutantFinder(importlib.abc.MetaPathFinder):
-    def __init__(self, mutant: Mutant):
-        self.mutant = mutant
-        self.source = mutant.mutated_source()
-        self.path = mutant.source_path()
+    def __init__(self, sources: dict[str, str]):
+        self.sources = sources  # {module: changed source}
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.mutant.module:
+        if fullname not in self.sources:
             return None
-        loader = _MutatedLoader(fullname, self.path, self.source)
-        return importlib.util.spec_from_file_location(fullname, self.path, loader=loader)
+        origin = importlib.machinery.PathFinder.find_spec(fullname, path).origin
+        loader = _MutatedLoader(fullname, origin, self.sources[fullname])
+        return importlib.util.spec_from_file_location(fullname, origin, loader=loader)
+
+
+def changed_sources(text: str) -> dict[str, str]:
+    data = json.loads(text)
+    if "stubs" in data:
+        return Stubs(tuple(data["stubs"])).modules()
+    mutant = Mutant(**data)
+    return {mutant.module: mutant.mutated_source()}
 
 
 def pytest_configure(config) -> None:
     text = os.environ.get(ENV_VAR)
     if not text:
         return
-    mutant = Mutant.from_env(text)
-    if mutant.module in sys.modules:
-        raise RuntimeError(f"{mutant.module} was imported before the mutant could be applied")
-    sys.meta_path.insert(0, _MutantFinder(mutant))
+    sources = changed_sources(text)
+    early = [module for module in sources if module in sys.modules]
+    if early:
+        raise RuntimeError(f"{early} imported before the change could be applied")
+    sys.meta_path.insert(0, _MutantFinder(sources))

@@ -218,9 +218,9 @@ def given_pieces(path: Path) -> dict[str, str]:
 
 def starter_differs(lab: Path) -> dict[str, str]:
     """{piece: why the starter's differs}, from the lab's `STARTER_DIFFERS` in
-    tests/lab_mutants/ (the reference does more than the lab asks, say)."""
+    tests/lab_checks/ (the reference does more than the lab asks, say)."""
     phase, number = lab.parent.name.removeprefix("phase-"), lab.name.split("-")[1]
-    path = ROOT / "tests" / "lab_mutants" / f"phase{phase}_lab{number}.py"
+    path = ROOT / "tests" / "lab_checks" / f"phase{phase}_lab{number}.py"
     if not path.exists():
         return {}
     spec = importlib.util.spec_from_file_location(f"lab_checks_{path.stem}", path)
