@@ -3,6 +3,9 @@
 --impl=student|ref   which implementation a lab's tests import: the lab's starter file
                      (default, so a student sees their own code tested) or mini_vllm.
 --require-gpu        GPU-REQ tests fail instead of skipping when CUDA is absent.
+
+MINI_VLLM_TORCH_THREADS=N sets torch's thread count for the run (the labs' meta-test runs
+each lab on 1 and on 4 threads: OMP_NUM_THREADS alone is capped at the number of cores).
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ def pytest_configure(config: pytest.Config) -> None:
         # subprocesses (pytest-xdist workers, the meta-test's runs).
         os.environ["MINI_VLLM_IMPL"] = impl
     _share_cpu_threads_among_workers()
+    if os.environ.get("MINI_VLLM_TORCH_THREADS"):
+        import torch
+
+        torch.set_num_threads(int(os.environ["MINI_VLLM_TORCH_THREADS"]))
 
 
 def _share_cpu_threads_among_workers() -> None:

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LABS = sorted(p for p in (ROOT / "labs").glob("lab-*") if p.is_dir())
+LABS = sorted(p for p in (ROOT / "labs").glob("phase-*/lab-*") if p.is_dir())
+IDS = [f"{p.parent.name}/{p.name}" for p in LABS]
 TAG_LINE = re.compile(r"\*\*Tag: (CPU-OK|GPU-REQ)\*\*.*?Phase (\d\d)")
 
 
@@ -23,24 +24,25 @@ def tag_and_phase(lab: Path) -> tuple[str, str]:
     return match.group(1), match.group(2)
 
 
-@pytest.mark.parametrize("lab", LABS, ids=[p.name for p in LABS])
+@pytest.mark.parametrize("lab", LABS, ids=IDS)
 def test_phase_page_lists_the_lab_with_its_tag(lab: Path):
     tag, phase = tag_and_phase(lab)
+    assert lab.parent.name == f"phase-{phase}", f"{lab} says it belongs to Phase {phase}"
+    key = f"{lab.parent.name}/{lab.name}"
     page = ROOT / "book" / "src" / f"phase-{phase}" / "README.md"
-    rows = [
-        line for line in page.read_text(encoding="utf-8").splitlines() if f"`{lab.name}`" in line
-    ]
-    assert rows, f"{page.relative_to(ROOT)} does not list {lab.name}"
+    rows = [line for line in page.read_text(encoding="utf-8").splitlines() if f"`{key}`" in line]
+    assert rows, f"{page.relative_to(ROOT)} does not list {key}"
     assert any(tag in row for row in rows), (
         f"{page.relative_to(ROOT)} lists {lab.name} without its tag {tag}"
     )
 
 
-@pytest.mark.parametrize("lab", LABS, ids=[p.name for p in LABS])
+@pytest.mark.parametrize("lab", LABS, ids=IDS)
 def test_lab_indexes_list_the_lab_with_its_tag(lab: Path):
     tag, _ = tag_and_phase(lab)
     for index in (ROOT / "labs" / "README.md", ROOT / "book" / "src" / "labs.md"):
-        rows = [line for line in index.read_text(encoding="utf-8").splitlines() if lab.name in line]
+        key = f"{lab.parent.name}/{lab.name}"
+        rows = [line for line in index.read_text(encoding="utf-8").splitlines() if key in line]
         assert rows and any(tag in row for row in rows), (
             f"{index.relative_to(ROOT)}: no row for {lab.name} ({tag})"
         )
@@ -49,7 +51,7 @@ def test_lab_indexes_list_the_lab_with_its_tag(lab: Path):
 def test_every_phase_page_has_labs():
     pages = sorted((ROOT / "book" / "src").glob("phase-*/README.md"))
     phases_with_labs = {tag_and_phase(lab)[1] for lab in LABS}
-    assert len(pages) == 7
+    assert len(pages) == 7 and len(LABS) >= 12
     for page in pages:
         assert page.parent.name.removeprefix("phase-") in phases_with_labs, (
             f"{page.parent.name} has no lab"

@@ -2,8 +2,9 @@
 
 A command is read from the shell blocks of README.md, labs/README.md and each lab's
 README.md. What the cheat sheet must show depends on the command:
-- `pytest labs/<lab> ...`: the lab's own `pytest labs/<lab>` line, and every option
-  other than `-k` (`--impl=ref`, `--require-gpu`), which the cheat sheet explains once;
+- `pytest labs/<phase>/<lab> ...`: the lab's own `pytest labs/<phase>/<lab>` line, and every
+  `--` option (`--impl=ref`, `--require-gpu`), which the cheat sheet explains once (`-k` and
+  a step's `-m stepN` are explained once too, not for every lab);
 - `python -m <module> [<subcommand>] ...` and `python3 scripts/<script> <action>`: the
   command up to its subcommand, and every `--flag` it passes;
 - `make <target>`: the target.
@@ -22,7 +23,7 @@ CHEATSHEET = (ROOT / "CHEATSHEET.md").read_text(encoding="utf-8")
 SOURCES = [
     ROOT / "README.md",
     ROOT / "labs" / "README.md",
-    *sorted((ROOT / "labs").glob("lab-*/README.md")),
+    *sorted((ROOT / "labs").glob("phase-*/lab-*/README.md")),
 ]
 SHELL_BLOCK = re.compile(r"```(?:bash|sh|shell|console)\n(.*?)```", re.S)
 
@@ -67,6 +68,7 @@ CASES = [(path, command) for path in SOURCES for command in commands_in(path)]
 
 def test_the_readmes_have_commands_to_check():
     assert len(CASES) > 20
+    assert "-m stepN" in CHEATSHEET
     assert any(path.name == "README.md" and path.parent == ROOT for path, _ in CASES)
 
 
@@ -79,5 +81,7 @@ def test_cheatsheet_lists_the_command(path: Path, command: str):
 
 
 def test_cheatsheet_lists_every_lab():
-    for lab in sorted(p.name for p in (ROOT / "labs").glob("lab-*")):
+    labs = sorted(f"{p.parent.name}/{p.name}" for p in (ROOT / "labs").glob("phase-*/lab-*"))
+    assert len(labs) >= 12
+    for lab in labs:
         assert f"pytest labs/{lab}" in CHEATSHEET, f"CHEATSHEET.md has no command for {lab}"

@@ -45,11 +45,20 @@ def pristine_copy(path: Path) -> bytes:
     return result.stdout if result.returncode == 0 else path.read_bytes()
 
 
-def run_lab(lab: Path, impl: str, tmp_path: Path, starter_dir: Path | None = None) -> list[Outcome]:
+def run_lab(
+    lab: Path,
+    impl: str,
+    tmp_path: Path,
+    starter_dir: Path | None = None,
+    threads: int | None = None,
+    reverse: bool = False,
+) -> list[Outcome]:
     report = tmp_path / f"{impl}.xml"
     env = dict(os.environ, MINI_VLLM_IMPL=impl, PYTHONDONTWRITEBYTECODE="1")
-    env.pop("PYTEST_XDIST_WORKER", None)
-    env.pop("PYTEST_ADDOPTS", None)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = env["MINI_VLLM_TORCH_THREADS"] = str(threads)
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_ADDOPTS"):
+        env.pop(name, None)
     if starter_dir is not None:
         env["MINI_VLLM_STARTER_DIR"] = str(starter_dir)
     cmd = [
@@ -66,6 +75,7 @@ def run_lab(lab: Path, impl: str, tmp_path: Path, starter_dir: Path | None = Non
         f"--junitxml={report}",
         "-o",
         "junit_family=xunit1",
+        *(["-p", "labreverse"] if reverse else []),
     ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     if not report.exists():
@@ -139,9 +149,14 @@ def test_lab_layout(lab: Path):
     assert list((lab / "tests").glob("test_*.py")), f"{lab.name} has no tests/test_*.py"
 
 
+@pytest.mark.parametrize(
+    ("threads", "reverse"), [(1, False), (4, True)], ids=["1 thread", "4 threads, reversed"]
+)
 @pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
-def test_lab_passes_on_reference(lab: Path, tmp_path: Path):
-    outcomes = run_lab(lab, "ref", tmp_path)
+def test_lab_passes_on_reference(lab: Path, tmp_path: Path, threads: int, reverse: bool):
+    """On one torch thread and on four (reductions split differently), in the collected
+    order and reversed (no test leans on another having run)."""
+    outcomes = run_lab(lab, "ref", tmp_path, threads=threads, reverse=reverse)
     bad = [o for o in outcomes if o.status != "passed" and not is_gpu_skip(o)]
     assert not bad, "reference fails lab tests:\n" + "\n".join(
         f"{o.status}: {o.name} {o.message[:300]}" for o in bad

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,14 @@ def labs_root() -> Path:
 
 def all_labs() -> list[Path]:
     return sorted(labs_root().glob("phase-*/lab-*"))
+
+
+def lab_tag(lab: Path) -> str:
+    """CPU-OK or GPU-REQ, from the README's first `**Tag: ...**`."""
+    found = re.search(r"\*\*Tag: (CPU-OK|GPU-REQ)\*\*", (lab / "README.md").read_text())
+    if not found:
+        raise ValueError(f"{lab}/README.md gives no **Tag: CPU-OK** or **Tag: GPU-REQ**")
+    return found.group(1)
 
 
 def lab_key(lab: Path) -> str:
