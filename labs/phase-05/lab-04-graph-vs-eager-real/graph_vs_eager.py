@@ -1,9 +1,11 @@
 """Lab 04 — inter-token latency, eager vs CUDA graphs, on a real model shape (your code).
 
-Mirrors mini_vllm/bench/itl.py. You write the timing of decode steps (the part that
-is easy to get wrong on a GPU) and the analysis of the curve; the engine set-up is
-given. Without a GPU, work from the recorded H100 run in `recorded/`: the analysis
-tests use it and run anywhere.
+The course's version of a latency benchmark such as vLLM's `vllm bench latency`
+(vllm/benchmarks/latency.py), run once with `--enforce-eager` and once without. You
+write the timing of decode steps (the part that is easy to get wrong on a GPU) and the
+analysis of the curve; the engine set-up and the sweep over batch sizes are given.
+Without a GPU, work from the recorded H100 run in `recorded/`: the timing tests use a
+simulated GPU and the analysis tests the recorded run, and both run anywhere.
 Run: pytest labs/phase-05/lab-04-graph-vs-eager-real
 """
 
@@ -11,12 +13,15 @@ from __future__ import annotations
 
 import json
 import statistics
-import time  # noqa: F401  (for your timing code)
+import time  # noqa: F401  (the clock the tests simulate: time.perf_counter)
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch  # noqa: F401  (for your timing code)
+import torch  # noqa: F401  (torch.cuda.synchronize)
+
+from mini_vllm.bench.harness import decode_engine, start_decoding
+from mini_vllm.models.loader import load_model
 
 RECORDED = Path(__file__).resolve().parent / "recorded" / "h100-itl.json"
 
@@ -26,72 +31,118 @@ class ITLRow:
     """Given: one batch size's median inter-token latency in both modes."""
 
     batch: int
-    eager_ms: float
-    graph_ms: float
+    eager_ms: float  # median inter-token latency, eager
+    graph_ms: float  # median inter-token latency, CUDA graphs
 
     @property
     def speedup(self) -> float:
         return self.eager_ms / self.graph_ms
 
 
+# -- step 1: the timer ---------------------------------------------------------------------
+
+
 def time_decode_steps(engine, steps: int = 20, warmup: int = 3) -> list[float]:
     """Seconds of each of `steps` calls of `engine.step()`, after `warmup` untimed calls.
 
-    GPU work is asynchronous: a step "returns" when its kernels are launched, not when
-    they finish. Read the clock only after `torch.cuda.synchronize(device)` (device:
-    `engine.runner.device`; on a CPU there is nothing to wait for).
+    Contract:
+    - `engine.step()` is called exactly `warmup + steps` times; the first `warmup` calls
+      are not timed (the first steps of a fresh engine pay one-off costs: allocator
+      growth, lazy initialisation, the first token);
+    - entry i of the result is the wall time of timed step i alone, from the moment the
+      device has nothing left to do from earlier steps to the moment it has finished
+      step i's work (a GPU runs asynchronously: `engine.step()` may return while its
+      kernels still run). The device is `engine.runner.device`; waiting for a CUDA
+      device is `torch.cuda.synchronize(device)`, and on a CPU there is nothing to wait
+      for (do not call into CUDA then);
+    - the clock is `time.perf_counter()` (the tests replace it with a simulated one).
+
+    Example, on a simulated GPU where each step takes 1 ms of CPU time to launch and
+    then 4 ms of GPU work: warmup=1, steps=2 gives [0.005, 0.005] (not [0.001, 0.001]:
+    that is the launch time alone, the very part CUDA graphs remove).
     """
-    raise NotImplementedError("TODO: warm up, then time each step between two device syncs")
+    raise NotImplementedError("TODO: one time per timed step, GPU work included")
+
+
+# -- step 2: the analysis ------------------------------------------------------------------
 
 
 def speedups(rows: Iterable[ITLRow]) -> dict[int, float]:
-    """{batch: eager ms / graph ms}."""
+    """{batch: eager ms / graph ms}. Example: ITLRow(8, 13.0, 3.0) gives {8: 4.333...}."""
     raise NotImplementedError("TODO")
 
 
 def saving_ms(rows: Iterable[ITLRow]) -> dict[int, float]:
-    """{batch: eager ms - graph ms}: the time graphs save per token."""
+    """{batch: eager ms - graph ms}: the time graphs save per token.
+    Example: ITLRow(8, 13.0, 3.0) gives {8: 10.0}."""
     raise NotImplementedError("TODO")
 
 
 def crossover_batch(rows: Iterable[ITLRow], threshold: float = 1.05) -> int | None:
-    """The smallest measured batch size whose speed-up is below `threshold`, or None."""
-    raise NotImplementedError("TODO: walk the rows in batch order")
+    """The smallest measured batch size whose speed-up is below `threshold` (strictly),
+    or None if there is none. The rows may come in any order.
+
+    Example: speed-ups {1: 6.0, 8: 4.3, 32: 2.0, 64: 1.03}: threshold 1.05 gives 64,
+    threshold 2.5 gives 32, threshold 2.0 gives 64 (2.0 is not below 2.0), 1.01 gives None.
+    """
+    raise NotImplementedError("TODO")
 
 
-def load_recorded(path: str | Path = RECORDED) -> tuple[dict, list[ITLRow]]:
-    """Given: (metadata, rows) of the recorded run."""
+# -- given ---------------------------------------------------------------------------------
+
+
+def load_recorded(path: str | Path) -> tuple[dict, list[ITLRow]]:
+    """Given: (metadata, rows) of a run recorded with `python -m mini_vllm.bench.itl --out`."""
     data = json.loads(Path(path).read_text())
     return data["meta"], [ITLRow(**row) for row in data["rows"]]
+
+
+def decoding_engine(model, batch: int, context_len: int, steps: int, mode: str):
+    """Given: an engine whose next `steps` steps decode `batch` requests at once, each step
+    on the graph captured for `batch` (mode "eager": none)."""
+    engine = decode_engine(model, mode, [batch], context_len, new_tokens=steps)
+    start_decoding(engine, batch, context_len, new_tokens=steps)
+    return engine
 
 
 def measure_itl(
     model_name: str = "smollm2-135m",
     device: str = "cuda",
-    batch_sizes=(1, 2, 4, 8, 16, 32, 64),
+    batch_sizes: Iterable[int] = (1, 2, 4, 8, 16, 32, 64),
     steps: int = 20,
+    context_len: int = 128,
+    graph_mode: str = "full_and_piecewise",
 ) -> list[ITLRow]:
     """Given: median ITL per batch size in both modes, timed with YOUR time_decode_steps."""
-    from mini_vllm.bench.itl import decoding_engine
-    from mini_vllm.models.loader import load_model
-
     model, _, _ = load_model(model_name, device=device, progress=False)
     rows = []
     for batch in batch_sizes:
         medians = {}
         for graphs in (False, True):
             engine = decoding_engine(
-                model, batch, 128, steps + 5, "full_and_piecewise" if graphs else "eager"
+                model, batch, context_len, steps + 5, graph_mode if graphs else "eager"
             )
             medians[graphs] = (
                 statistics.median(time_decode_steps(engine, steps=steps, warmup=3)) * 1000
             )
-        rows.append(ITLRow(batch, medians[False], medians[True]))
+            del engine
+        rows.append(ITLRow(batch, eager_ms=medians[False], graph_ms=medians[True]))
     return rows
 
 
-def vllm_itl_ms(model_dir: str, enforce_eager: bool, batch: int = 1, new_tokens: int = 64) -> float:
+# -- step 4 (optional, needs vLLM on a CUDA machine) ---------------------------------------
+
+
+def vllm_itl_ms(
+    model_dir: str,
+    enforce_eager: bool,
+    batch: int = 1,
+    new_tokens: int = 64,
+    context_len: int = 128,
+) -> float:
     """Median ms per generated token of real vLLM on `model_dir` (a Hugging Face model
-    directory), with `enforce_eager` on or off. Subtract a 1-token run so prefill does
-    not count. See vLLM's `LLM(..., enforce_eager=...)` and `SamplingParams(min_tokens=...)`."""
+    directory), with `enforce_eager` on or off, for `batch` prompts of `context_len`
+    tokens each generating exactly `new_tokens` tokens. Prefill must not count: the
+    result is per token of decode only (see vLLM's `LLM(..., enforce_eager=...)` and
+    `SamplingParams(min_tokens=..., ignore_eos=...)`)."""
     raise NotImplementedError("TODO (optional, needs vLLM installed)")

@@ -1,7 +1,7 @@
 """Phase 05, lab 06 — cut a traced model at its attention calls (your code).
 
-Mirrors mini_vllm/compilation/split.py, the course's version of `split_graph` and
-`SplitItem` in vLLM's vllm/compilation/backends.py. vLLM cuts the FX graph Dynamo
+The course's version of `split_graph` and `SplitItem` in vLLM's
+vllm/compilation/backends.py. vLLM cuts the FX graph Dynamo
 traced at every "splitting op" (`CompilationConfig.splitting_ops` in
 vllm/config/compilation.py, attention by default). Each splitting op ends up alone in
 a piece that runs eagerly; the pieces between them hold no attention, so each can be
@@ -10,18 +10,14 @@ Run: pytest labs/phase-05/lab-06-piecewise-split
 
 The graphs you cut come in two forms, and one predicate must recognise both:
 - from `torch.fx` (`trace_with_opaque_attention`, step 1): every `Attention` layer
-  stays one `call_module` node, because the tracer treats it as a leaf;
+  stays one `call_module` node;
 - from Dynamo (torch.compile with mini_vllm's piecewise backend): every attention is
   one `call_function` node whose target is the custom op `mini_vllm::attention`
-  (mini_vllm/compilation/attention_op.py), either the packet
+  (registered in mini_vllm/compilation/attention_op.py), either the packet
   `torch.ops.mini_vllm.attention` or its overload `torch.ops.mini_vllm.attention.default`.
 
-The tool that does the cutting is given by PyTorch:
-`torch.fx.passes.split_module.split_module(gm, None, piece_of, keep_original_order=True)`
-calls `piece_of(node)` for every node that is not a placeholder or the output, puts
-the nodes with the same number into one child module named `submod_<number>`, and
-returns a parent GraphModule that calls the children in order, passing each the values
-it needs. It creates no child for a number that no node got.
+PyTorch gives the tool that cuts a graph into child modules:
+`torch.fx.passes.split_module.split_module` (read its docstring).
 """
 
 from __future__ import annotations
@@ -43,7 +39,7 @@ class SplitItem:
     """Given: one piece of the split graph (vLLM's `SplitItem`, whose last field is `graph`)."""
 
     submod_name: str  # the child's name in the split module: "submod_<graph_id>"
-    graph_id: int  # the number your `piece_of` gave its nodes
+    graph_id: int  # the number the split gave the nodes of this piece
     is_splitting_graph: bool  # True: this piece is one attention call, run eagerly
     module: torch.nn.Module  # the child module itself
 
@@ -54,18 +50,20 @@ class SplitItem:
 def trace_with_opaque_attention(model: torch.nn.Module) -> torch.fx.GraphModule:
     """An FX graph of `model.forward` in which every `Attention` layer is one call_module node.
 
-    `torch.fx.symbolic_trace` would trace *into* attention, whose work depends on
-    per-step Python metadata (the prefill/decode path, sequence lengths): the graph
-    would be wrong for the next batch. A tracer decides what stays opaque through its
-    `is_leaf_module(module, qualified_name)` method. Everything else (the linear
-    layers, norms, rotary embedding) must be traced through, as usual.
+    Guarantees:
+    - the returned object is a `torch.fx.GraphModule` whose graph reaches the model's own
+      parameters and layers by their qualified names (no copy of the weights);
+    - its `call_module` nodes are exactly the `Attention` layers, one node each, in
+      forward order; everything else the model does (embedding, linear layers, norms,
+      rotary embedding, MLP) appears as the functions and methods it runs;
+    - it computes what `model(input_ids, positions)` computes, for any batch (prefill,
+      decode or mixed) under any forward context: nothing about one batch is baked in.
 
-    Return a `torch.fx.GraphModule(model, graph)`, so the graph's nodes can still
-    reach the model's parameters and layers by name.
+    Example: for mini_vllm's `tiny` Llama (2 layers), `model.model` traces to a graph with
+    2 call_module nodes, targets `layers.0.self_attn.attn` and `layers.1.self_attn.attn`,
+    and about 126 call_function/call_method nodes around them.
     """
-    raise NotImplementedError(
-        "TODO: a torch.fx.Tracer whose leaves are the Attention layers (plus the default ones)"
-    )
+    raise NotImplementedError("TODO: an FX trace whose only opaque modules are Attention layers")
 
 
 # -- step 2 -----------------------------------------------------------------------------
@@ -74,14 +72,17 @@ def trace_with_opaque_attention(model: torch.nn.Module) -> torch.fx.GraphModule:
 def is_attention_node(gm: torch.fx.GraphModule) -> Callable[[torch.fx.Node], bool]:
     """The splitting-op test: a function that says whether a node of `gm` is an attention call.
 
-    True for
-    - a `call_module` node whose module (`gm.get_submodule(node.target)`) is an
-      `Attention` layer;
+    The returned predicate is True for
+    - a `call_module` node whose module (in `gm`) is an `Attention` layer;
     - a `call_function` node whose target is the `mini_vllm::attention` op, as the
-      packet or as an overload.
-    False for every other node: placeholders, the output, other modules (a linear
-    layer), other functions, even ones with "attention" in their name (PyTorch's own
-    `scaled_dot_product_attention` is not a split point).
+      packet or as an overload;
+    and False for every other node: placeholders, the output, other modules (a linear
+    layer, even one inside a `self_attn` block), other functions, even ones with
+    "attention" in their name (PyTorch's own `scaled_dot_product_attention` is not a
+    split point).
+
+    Example: over a graph `x -> add -> attention.default(...) -> attention(...) -> add`,
+    the verdicts for the four calls are False, True, True, False.
     """
     raise NotImplementedError("TODO: return a predicate over the nodes of gm")
 
@@ -94,14 +95,20 @@ def split_graph(
 ) -> tuple[torch.fx.GraphModule, list[SplitItem]]:
     """Cut `gm` so that every splitting node is alone in its piece; return (split module, pieces).
 
-    - Walk `gm.graph.nodes` in order and give each node (placeholders and the output
-      excepted) a piece number. A splitting node gets a number of its own; the nodes
-      between two splitting nodes share one number. Numbers only grow, so the pieces
-      keep the graph's order.
-    - No piece is empty: k splitting nodes give at most k + 1 pieces between them
-      (exactly k + 1 in a model where something runs before, between and after them).
-    - Hand the numbering to `split_module(..., keep_original_order=True)`.
-    - Return one `SplitItem` per `submod_<n>` child of the split module, sorted by
-      graph_id as a number (as strings, "submod_10" sorts before "submod_2").
+    Guarantees:
+    - the split module is a GraphModule whose `submod_<n>` children are the pieces, and
+      calling it computes exactly what `gm` computes (the same nodes run, in the same
+      order: the outputs are equal bit for bit);
+    - every splitting node is alone in a piece (`is_splitting_graph=True`); every other
+      piece holds no splitting node and at least one node of work (no empty piece);
+    - the pieces keep the graph's order: nodes of a piece with a smaller graph_id come
+      earlier in `gm`. The ids grow strictly but need not be consecutive;
+    - the list holds one `SplitItem` per `submod_<n>` child, in graph order
+      (`submod_name == f"submod_{graph_id}"`, `module` is that very child).
+
+    Example: compute nodes `a, A1, b, c, A2, A3, d` (A = splitting) give six pieces,
+    `[a] [A1] [b c] [A2] [A3] [d]`, flagged False, True, False, True, True, False.
+    A graph whose first node is A1 has no piece before it. With k splitting nodes and
+    work before, between and after them, there are k + 1 capturable pieces.
     """
-    raise NotImplementedError("TODO: number the nodes, split_module, one SplitItem per piece")
+    raise NotImplementedError("TODO: one piece per splitting node, one per run of nodes between")
