@@ -1,17 +1,24 @@
-"""Lab 03, part 2 — the CudagraphDispatcher (your code).
+"""Lab 03, steps 3 and 4 — the CudagraphDispatcher (your code).
 
-Mirrors mini_vllm/engine/cudagraph_dispatcher.py, which mirrors
-vllm/v1/cudagraph_dispatcher.py. Uses the reference CUDAGraphMode and
-BatchDescriptor, so this part does not depend on part 1.
-Run: pytest labs/phase-05/lab-03-cudagraph-mode -k dispatch
+Mirrors vLLM's `CudagraphDispatcher` (vllm/v1/cudagraph_dispatcher.py). It uses the
+reference `CUDAGraphMode`, `BatchDescriptor` and `padded_size` (lab 05's rung lookup), so
+these steps do not depend on your steps 1 and 2.
+
+A `BatchDescriptor(num_tokens, num_reqs=None, uniform=False)` is a hashable key. Its
+"relaxed" form, `key.relax_for_mixed_batch_cudagraphs()`, keeps only the token count:
+`BatchDescriptor(8, 8, uniform=True)` relaxes to `BatchDescriptor(8)`.
+
+Run: pytest labs/phase-05/lab-03-cudagraph-mode -m step3   (then -m step4)
 """
 
 from __future__ import annotations
 
+from mini_vllm.config.capture_sizes import padded_size
 from mini_vllm.config.compilation import CUDAGraphMode
+from mini_vllm.errors import UserError
 from mini_vllm.forward_context import BatchDescriptor
 
-__all__ = ["BatchDescriptor", "CUDAGraphMode", "CudagraphDispatcher"]
+__all__ = ["BatchDescriptor", "CUDAGraphMode", "CudagraphDispatcher", "padded_size"]
 
 
 class CudagraphDispatcher:
@@ -22,16 +29,25 @@ class CudagraphDispatcher:
         max_num_seqs: int,
         uniform_decode_query_len: int = 1,
     ) -> None:
-        """Build the set of keys that may ever be captured, per runtime mode.
+        """Step 3: build `self.keys`, the only graphs that may ever be captured or replayed.
 
-        - mixed batches: if mode.mixed_mode() is not NONE, one relaxed key
-          BatchDescriptor(size) per capture size, under mode.mixed_mode();
-        - uniform decode: if mode.decode_mode() is FULL and mode.separate_routine(),
-          BatchDescriptor(size, size // q, uniform=True) under FULL for every capture
-          size with q <= size <= max_num_seqs * q (q = uniform_decode_query_len).
-        Store them in self.keys = {CUDAGraphMode.PIECEWISE: set(), CUDAGraphMode.FULL: set()}.
+        After construction `self.keys` maps CUDAGraphMode.PIECEWISE and CUDAGraphMode.FULL
+        to sets of BatchDescriptor, and holds exactly:
+        - for mixed batches, when mode.mixed_mode() is not NONE: the relaxed key
+          BatchDescriptor(size) of every capture size, under mode.mixed_mode();
+        - for uniform decode, when mode is a pair whose decode mode is FULL: the key
+          BatchDescriptor(size, size // q, uniform=True) under FULL for every capture size
+          that a uniform batch can have, q <= size <= max_num_seqs * q, where
+          q = uniform_decode_query_len (each request computes q tokens);
+        - nothing else (mode NONE: both sets empty).
+
+        Example: FULL_AND_PIECEWISE, capture sizes [1, 2, 4, 8, 16], max_num_seqs 4, q 1:
+        keys[PIECEWISE] = {BD(1), BD(2), BD(4), BD(8), BD(16)};
+        keys[FULL] = {BD(1, 1, True), BD(2, 2, True), BD(4, 4, True)}.
         """
         self.mode = CUDAGraphMode.from_name(mode)
+        if any(s < 1 for s in capture_sizes):
+            raise UserError(f"capture sizes must be positive, got {capture_sizes}")
         self.capture_sizes = sorted(set(capture_sizes))
         self.max_num_seqs = max_num_seqs
         self.uniform_decode_query_len = uniform_decode_query_len
@@ -39,7 +55,7 @@ class CudagraphDispatcher:
             CUDAGraphMode.PIECEWISE: set(),
             CUDAGraphMode.FULL: set(),
         }
-        raise NotImplementedError("TODO: fill self.keys")
+        raise NotImplementedError("TODO: step 3, fill self.keys")
 
     @property
     def max_capture_size(self) -> int:
@@ -48,16 +64,23 @@ class CudagraphDispatcher:
     def dispatch(
         self, num_tokens: int, uniform_decode: bool, disable_full: bool = False
     ) -> tuple[CUDAGraphMode, BatchDescriptor]:
-        """Pick (runtime mode, key) for a batch of `num_tokens` tokens.
+        """Step 4: the (runtime mode, key) a batch of `num_tokens` tokens runs under.
 
-        - no keys, mode NONE, or num_tokens above the largest capture size:
-          (NONE, the unpadded descriptor);
-        - otherwise pad to the next capture size and try, in order: the exact key
-          under FULL, the relaxed key under FULL, the relaxed key under PIECEWISE
-          (disable_full skips both FULL tries); if none matches, (NONE, unpadded).
-        The exact key of a uniform-decode batch is
-        BatchDescriptor(padded, padded // q, uniform=True); of a mixed batch,
-        BatchDescriptor(padded). The unpadded one carries num_tokens (and
-        num_tokens // q requests when uniform).
+        The runtime mode is NONE, PIECEWISE or FULL, never a pair. The batch is padded to
+        its rung, the smallest capture size >= num_tokens. Its exact key is
+        BatchDescriptor(rung, rung // q, uniform=True) for a uniform-decode batch and
+        BatchDescriptor(rung) for a mixed one; its relaxed key is BatchDescriptor(rung).
+        - A graph is used only if its key is in self.keys under that mode.
+        - FULL is preferred to PIECEWISE, and under FULL the exact key to the relaxed one.
+        - disable_full=True: never FULL (this batch's attention cannot run in a full graph).
+        - No usable graph (mode NONE, no keys, a batch above the largest capture size, or
+          no key found): (NONE, the unpadded descriptor), which carries num_tokens itself
+          and, for a uniform batch, num_tokens // q requests and uniform=True.
+
+        Examples with FULL_AND_PIECEWISE on [1, 2, 4, 8, 16, 24, 32, 40], max_num_seqs 64:
+        dispatch(33, True) -> (FULL, BD(40, 40, True));
+        dispatch(33, False) -> (PIECEWISE, BD(40));
+        dispatch(41, True) -> (NONE, BD(41, 41, True)).
+        With FULL_DECODE_ONLY: dispatch(33, False) -> (NONE, BD(33)).
         """
-        raise NotImplementedError("TODO: pad, then look the keys up in order")
+        raise NotImplementedError("TODO: step 4")

@@ -1,9 +1,10 @@
 """Lab 05 — the capture-size ladder (your code).
 
-Mirrors mini_vllm/config/capture_sizes.py: vLLM's default ladder
-(vllm/config/vllm.py, `VllmConfig._set_cudagraph_sizes`), the rung lookup the
-dispatcher pads with, and the accounting that tells you whether a ladder is good.
-Run: pytest labs/phase-05/lab-05-capture-sizes
+Mirrors vLLM's default ladder (`VllmConfig._set_cudagraph_sizes` in vllm/config/vllm.py),
+the rung lookup its dispatcher pads with (vllm/v1/cudagraph_dispatcher.py), and the
+accounting that says whether a ladder is a good one for a workload.
+
+Run: pytest labs/phase-05/lab-05-capture-sizes -m step1   (then step2 ... step5)
 """
 
 from __future__ import annotations
@@ -16,61 +17,92 @@ from dataclasses import dataclass
 def default_capture_sizes(
     max_num_seqs: int, max_num_batched_tokens: int, enforce_eager: bool = False
 ) -> list[int]:
-    """vLLM's default ladder, ascending.
+    """Step 1: vLLM's default ladder, in ascending order.
 
-    largest = min(2 * max_num_seqs, 512, max_num_batched_tokens); the ladder is
-    [1, 2, 4] (those <= largest) + every 8 from 8 while below 256 and <= largest +
-    every 16 from 256 up to largest. With enforce_eager there are no graphs: [].
-    Non-positive limits are a ValueError.
+    Let largest = min(2 * max_num_seqs, 512, max_num_batched_tokens). The ladder holds
+    exactly the sizes <= largest among: 1, 2 and 4; the multiples of 8 below 256; the
+    multiples of 16 from 256 on. With enforce_eager there are no graphs: [].
+    Errors: max_num_seqs < 1 or max_num_batched_tokens < 1 -> ValueError.
+
+    Examples: (max_num_seqs=8, max_num_batched_tokens=8192) -> [1, 2, 4, 8, 16];
+    (max_num_seqs=256, max_num_batched_tokens=8192) -> 51 sizes,
+    [1, 2, 4, 8, 16, ..., 240, 248, 256, 272, ..., 496, 512].
     """
-    raise NotImplementedError("TODO: three ranges glued together")
+    raise NotImplementedError("TODO: step 1")
 
 
 def normalize_capture_sizes(sizes: Iterable[int], max_num_batched_tokens: int) -> list[int]:
-    """A user's ladder as vLLM keeps it: de-duplicated, <= the token budget, ascending.
-    Empty input, or a size that is not a positive int, is a ValueError."""
-    raise NotImplementedError("TODO")
+    """Step 2: a user's ladder as vLLM keeps it: each size once, only sizes <=
+    max_num_batched_tokens (a batch never holds more tokens than that), ascending.
+
+    Errors (ValueError): an empty `sizes`; a size that is not a positive int (a bool
+    is not a size); every size above the token budget (nothing would be captured).
+
+    Example: ([64, 8, 8, 1, 4096, 16], max_num_batched_tokens=2048) -> [1, 8, 16, 64].
+    """
+    raise NotImplementedError("TODO: step 2")
 
 
 def padded_size(num_tokens: int, capture_sizes: list[int]) -> int | None:
-    """The rung a batch runs on: the smallest capture size >= num_tokens
-    (33 -> 40 on the default ladder), or None above the largest (the batch runs eagerly).
-    Hint: the standard library's bisect module does the search."""
-    raise NotImplementedError("TODO")
+    """Step 3: the rung a batch of `num_tokens` runs on: the smallest size in
+    `capture_sizes` (ascending) that is >= num_tokens, or None when the batch is larger
+    than every size (it runs eagerly, without a graph).
+    Errors: num_tokens < 1 -> ValueError.
+
+    Examples on the default ladder of max_num_seqs=256: 33 -> 40; 32 -> 32; 257 -> 272;
+    513 -> None. On []: None.
+    """
+    raise NotImplementedError("TODO: step 3")
 
 
 @dataclass(frozen=True)
 class PaddingReport:
-    """Given: what a ladder does to a stream of batches."""
+    """What a ladder does to a stream of batches."""
 
     real_tokens: int  # tokens the batches actually held
-    padding_tokens: int  # tokens added to reach a rung (0 for batches run eagerly)
-    graph_steps: int  # batches that landed on a rung
-    eager_steps: int  # batches above the ladder
+    padding_tokens: int  # tokens added to reach a rung (zero for batches that run eagerly)
+    graph_steps: int  # batches that landed on a rung and replayed a graph
+    eager_steps: int  # batches above the ladder, run without a graph
 
     @property
     def waste(self) -> float:
+        """Padding tokens over real tokens (the share of extra work the graphs cost)."""
         return self.padding_tokens / self.real_tokens if self.real_tokens else 0.0
 
     @property
     def hit_rate(self) -> float:
+        """Share of steps that replayed a graph."""
         steps = self.graph_steps + self.eager_steps
         return self.graph_steps / steps if steps else 0.0
+
+
+def _as_histogram(batch_sizes: Mapping[int, int] | Iterable[int]) -> Counter:
+    """Given: a trace as {batch size: number of steps}, from a list of sizes or a mapping."""
+    if isinstance(batch_sizes, Mapping):
+        return Counter({int(k): int(v) for k, v in batch_sizes.items()})
+    return Counter(int(b) for b in batch_sizes)
 
 
 def padding_waste(
     batch_sizes: Mapping[int, int] | Iterable[int], capture_sizes: list[int]
 ) -> PaddingReport:
-    """Run a trace of batch sizes (a list, or {size: count}) against a ladder."""
-    histogram = (  # noqa: F841  (given: the trace as {batch size: count}, for your loop)
-        Counter(dict(batch_sizes)) if isinstance(batch_sizes, Mapping) else Counter(batch_sizes)
-    )
-    raise NotImplementedError("TODO: sum real tokens, padding and hits over the histogram")
+    """Step 4: what `capture_sizes` does to a trace of batch sizes, one batch a step.
+
+    `batch_sizes` is a list of sizes (one per step) or {size: number of steps}; both
+    describe the same trace and give the same report. Every step counts its tokens in
+    real_tokens. A step that fits the ladder is a graph step and adds (rung - size)
+    padding tokens; a step above the ladder is an eager step and adds no padding.
+
+    Example on the default ladder of max_num_seqs=256: [33, 40, 3, 600] ->
+    PaddingReport(real_tokens=676, padding_tokens=8, graph_steps=3, eager_steps=1)
+    (33 pads to 40, 3 to 4, 600 runs eagerly).
+    """
+    raise NotImplementedError("TODO: step 4")
 
 
 @dataclass(frozen=True)
 class LadderCost:
-    """Given: both sides of the trade a denser ladder makes."""
+    """Both sides of the trade a denser ladder makes."""
 
     num_graphs: int
     padding: PaddingReport
@@ -84,6 +116,14 @@ def ladder_cost(
     capture_seconds_per_graph: float,
     memory_mib_per_graph: float,
 ) -> LadderCost:
-    """Padding waste against start-up time and graph memory (one graph per rung).
-    Negative per-graph costs are a ValueError."""
-    raise NotImplementedError("TODO")
+    """Step 5: the two sides of a ladder: its padding on the trace against what its
+    graphs cost at start-up. The engine captures one graph per size of the ladder,
+    whether or not the trace ever uses it; each costs `capture_seconds_per_graph` of
+    start-up time and `memory_mib_per_graph` of graph memory.
+    Errors: a negative per-graph cost -> ValueError.
+
+    Example: ({3: 10}, [1, 2, 4, 8], 0.5, 20.0) ->
+    LadderCost(num_graphs=4, padding=PaddingReport(30, 10, 10, 0),
+    capture_seconds=2.0, graph_memory_mib=80.0).
+    """
+    raise NotImplementedError("TODO: step 5")

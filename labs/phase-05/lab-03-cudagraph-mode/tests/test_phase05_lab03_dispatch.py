@@ -1,4 +1,4 @@
-"""Lab 03 — routing batches to FULL / PIECEWISE / NONE graphs."""
+"""Lab 03, steps 3 and 4 — the dispatcher's keys; routing batches to FULL, PIECEWISE, NONE."""
 
 import pytest
 
@@ -11,11 +11,65 @@ M = impl.CUDAGraphMode
 BD = impl.BatchDescriptor
 
 LADDER = [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+MODES = ["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"]
 
 
 def make(mode, max_num_seqs=64, sizes=LADDER, q=1):
     return impl.CudagraphDispatcher(M[mode], sizes, max_num_seqs, uniform_decode_query_len=q)
 
+
+def relaxed(sizes):
+    return {BD(s) for s in sizes}
+
+
+def uniform(sizes, q=1):
+    return {BD(s, s // q, uniform=True) for s in sizes}
+
+
+# --- step 3: the keys built at start-up ------------------------------------------------
+
+# mode -> (keys under PIECEWISE, keys under FULL), with LADDER and max_num_seqs 64
+KEYS = {
+    "NONE": (set(), set()),
+    "PIECEWISE": (relaxed(LADDER), set()),
+    "FULL": (set(), relaxed(LADDER)),
+    "FULL_DECODE_ONLY": (set(), uniform(LADDER)),
+    "FULL_AND_PIECEWISE": (relaxed(LADDER), uniform(LADDER)),
+}
+
+
+@pytest.mark.step3
+@pytest.mark.parametrize("mode", MODES)
+def test_keys_of_each_mode(mode):
+    dispatcher = make(mode)
+    assert dispatcher.keys[M.PIECEWISE] == KEYS[mode][0]
+    assert dispatcher.keys[M.FULL] == KEYS[mode][1]
+
+
+@pytest.mark.step3
+def test_keys_uniform_ones_stop_at_max_num_seqs():
+    # 4 requests at most: a uniform batch above 4 tokens cannot exist, so no FULL key for it.
+    dispatcher = make("FULL_AND_PIECEWISE", max_num_seqs=4, sizes=[1, 2, 4, 8, 16])
+    assert dispatcher.keys[M.FULL] == uniform([1, 2, 4])
+    assert dispatcher.keys[M.PIECEWISE] == relaxed([1, 2, 4, 8, 16])
+
+
+@pytest.mark.step3
+def test_keys_speculative_decode_start_at_the_query_len():
+    # q = 4 tokens a request: uniform batches hold 4, 8, ..., 4 * max_num_seqs tokens.
+    dispatcher = make("FULL_AND_PIECEWISE", max_num_seqs=8, q=4)
+    assert dispatcher.keys[M.FULL] == uniform([4, 8, 16, 24, 32], q=4)
+    assert BD(16, 4, uniform=True) in dispatcher.keys[M.FULL]
+
+
+@pytest.mark.step3
+def test_keys_full_decode_only_respects_max_num_seqs_too():
+    dispatcher = make("FULL_DECODE_ONLY", max_num_seqs=8)
+    assert dispatcher.keys[M.FULL] == uniform([1, 2, 4, 8])
+    assert dispatcher.keys[M.PIECEWISE] == set()
+
+
+# --- step 4: dispatch -----------------------------------------------------------------
 
 # mode -> (runtime mode for uniform decode, runtime mode for a mixed batch)
 ROUTES = {
@@ -27,7 +81,8 @@ ROUTES = {
 }
 
 
-@pytest.mark.parametrize("mode", list(ROUTES))
+@pytest.mark.step4
+@pytest.mark.parametrize("mode", MODES)
 def test_dispatch_routes_decode_and_mixed_batches_per_mode(mode):
     dispatcher = make(mode)
     decode_mode, _ = dispatcher.dispatch(16, uniform_decode=True)
@@ -35,55 +90,92 @@ def test_dispatch_routes_decode_and_mixed_batches_per_mode(mode):
     assert (decode_mode.name, mixed_mode.name) == ROUTES[mode]
 
 
+@pytest.mark.step4
 def test_dispatch_full_and_piecewise_gives_decode_its_exact_uniform_key():
     mode, key = make("FULL_AND_PIECEWISE").dispatch(33, uniform_decode=True)
     assert mode is M.FULL
     assert key == BD(40, 40, uniform=True)
 
 
+@pytest.mark.step4
 def test_dispatch_mixed_batch_gets_the_relaxed_padded_key():
     mode, key = make("FULL_AND_PIECEWISE").dispatch(33, uniform_decode=False)
     assert mode is M.PIECEWISE
     assert key == BD(40) and key.num_reqs is None and key.uniform is False
 
 
+@pytest.mark.step4
 def test_dispatch_full_alone_serves_decode_through_the_relaxed_key():
     mode, key = make("FULL").dispatch(3, uniform_decode=True)
     assert mode is M.FULL and key == BD(4)
 
 
-def test_dispatch_disable_full_falls_back_to_piecewise():
-    mode, key = make("FULL_AND_PIECEWISE").dispatch(8, uniform_decode=True, disable_full=True)
-    assert mode is M.PIECEWISE and key == BD(8)
-    mode, key = make("FULL_DECODE_ONLY").dispatch(8, uniform_decode=True, disable_full=True)
-    assert mode is M.NONE and key.num_tokens == 8
-
-
-@pytest.mark.parametrize("mode", ["PIECEWISE", "FULL", "FULL_AND_PIECEWISE"])
-def test_dispatch_above_the_ladder_runs_eager_unpadded(mode):
-    runtime, key = make(mode).dispatch(65, uniform_decode=True)
-    assert runtime is M.NONE and key.num_tokens == 65
-
-
+@pytest.mark.step4
 def test_dispatch_exact_capture_size_is_not_padded():
     assert make("PIECEWISE").dispatch(32, uniform_decode=False) == (M.PIECEWISE, BD(32))
 
 
-def test_dispatch_uniform_keys_stop_at_max_num_seqs():
-    # 8 requests at most: a uniform batch above 8 tokens cannot exist, so no FULL key for it.
-    dispatcher = make("FULL_AND_PIECEWISE", max_num_seqs=8)
-    assert {k.num_tokens for k in dispatcher.keys[M.FULL]} == {1, 2, 4, 8}
-    assert {k.num_tokens for k in dispatcher.keys[M.PIECEWISE]} == set(LADDER)
+@pytest.mark.step4
+def test_dispatch_disable_full_falls_back_to_piecewise():
+    mode, key = make("FULL_AND_PIECEWISE").dispatch(8, uniform_decode=True, disable_full=True)
+    assert (mode, key) == (M.PIECEWISE, BD(8))
 
 
-def test_dispatch_speculative_decode_keys_start_at_query_len():
+@pytest.mark.step4
+@pytest.mark.parametrize("mode", ["FULL", "FULL_DECODE_ONLY"])
+def test_dispatch_disable_full_without_piecewise_graphs_runs_eager_unpadded(mode):
+    # FULL keeps its graphs under relaxed keys: disable_full must skip that try as well.
+    runtime, key = make(mode).dispatch(3, uniform_decode=True, disable_full=True)
+    assert (runtime, key) == (M.NONE, BD(3, 3, uniform=True))
+
+
+@pytest.mark.step4
+def test_dispatch_mixed_batch_under_full_decode_only_runs_eager_unpadded():
+    # No graph serves it, so nothing is padded: the eager forward runs the 33 real tokens.
+    assert make("FULL_DECODE_ONLY").dispatch(33, uniform_decode=False) == (M.NONE, BD(33))
+
+
+@pytest.mark.step4
+def test_dispatch_uniform_batch_beyond_the_full_keys_runs_eager_unpadded():
+    # q = 4, 8 requests at most: a uniform batch of 9 requests (36 tokens) has no FULL key.
+    dispatcher = make("FULL_DECODE_ONLY", max_num_seqs=8, q=4)
+    assert dispatcher.dispatch(36, uniform_decode=True) == (M.NONE, BD(36, 9, uniform=True))
+
+
+@pytest.mark.step4
+def test_dispatch_speculative_decode_pads_to_a_uniform_key():
     dispatcher = make("FULL_AND_PIECEWISE", max_num_seqs=8, q=4)
-    assert {k.num_tokens for k in dispatcher.keys[M.FULL]} == {4, 8, 16, 24, 32}
-    mode, key = dispatcher.dispatch(12, uniform_decode=True)
-    assert mode is M.FULL and key == BD(16, 4, uniform=True)
+    assert dispatcher.dispatch(12, uniform_decode=True) == (M.FULL, BD(16, 4, uniform=True))
 
 
-def test_dispatch_none_mode_has_no_keys_and_never_pads():
-    dispatcher = make("NONE")
-    assert not dispatcher.keys[M.FULL] and not dispatcher.keys[M.PIECEWISE]
-    assert dispatcher.dispatch(3, uniform_decode=True)[1].num_tokens == 3
+@pytest.mark.step4
+@pytest.mark.parametrize("mode", ["PIECEWISE", "FULL", "FULL_AND_PIECEWISE"])
+def test_dispatch_above_the_ladder_runs_eager_unpadded(mode):
+    assert make(mode).dispatch(65, uniform_decode=True) == (M.NONE, BD(65, 65, uniform=True))
+    assert make(mode).dispatch(65, uniform_decode=False) == (M.NONE, BD(65))
+
+
+@pytest.mark.step4
+def test_dispatch_none_mode_never_pads():
+    assert make("NONE").dispatch(3, uniform_decode=True) == (M.NONE, BD(3, 3, uniform=True))
+    assert make("NONE").dispatch(3, uniform_decode=False) == (M.NONE, BD(3))
+
+
+@pytest.mark.step4
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("uniform_decode", [True, False])
+@pytest.mark.parametrize("disable_full", [False, True])
+def test_dispatch_always_answers_a_runtime_mode_and_a_key_it_holds(
+    mode, uniform_decode, disable_full
+):
+    dispatcher = make(mode, max_num_seqs=16)
+    for num_tokens in range(1, 70):
+        runtime, key = dispatcher.dispatch(num_tokens, uniform_decode, disable_full)
+        assert runtime in (M.NONE, M.PIECEWISE, M.FULL)
+        if runtime is M.NONE:
+            assert key.num_tokens == num_tokens, "eager runs the real tokens, unpadded"
+        else:
+            assert key in dispatcher.keys[runtime], f"{key} is not a key under {runtime.name}"
+            rung = min(s for s in LADDER if s >= num_tokens)
+            assert key.num_tokens == rung, f"{num_tokens} tokens pad to {rung}"
+            assert not (disable_full and runtime is M.FULL)

@@ -1,4 +1,5 @@
-"""Lab 05 — the capture-size ladder: rungs, the default ladder, padding waste, the trade."""
+"""Lab 05 — the capture-size ladder: the default ladder, a user's ladder, the rung lookup,
+padding waste, and what a denser ladder costs."""
 
 import pytest
 
@@ -13,25 +14,23 @@ def default_ladder():
     return impl.default_capture_sizes(max_num_seqs=256, max_num_batched_tokens=8192)
 
 
-@pytest.mark.parametrize(
-    "batch, rung", [(33, 40), (32, 32), (3, 4), (1, 1), (5, 8), (249, 256), (257, 272), (512, 512)]
-)
-def test_rung_lookup_pads_up_to_the_next_capture_size(batch, rung):
-    assert impl.padded_size(batch, default_ladder()) == rung
+POWERS_OF_TWO = [1, 2, 4, 8, 16, 32]
 
 
-def test_rung_lookup_above_the_ladder_is_none():
-    assert impl.padded_size(513, default_ladder()) is None
+# --- step 1: the default ladder ---------------------------------------------------------
 
 
+@pytest.mark.step1
 def test_default_ladder_has_51_sizes_at_max_512():
     ladder = default_ladder()
     assert len(ladder) == 51
     assert ladder[:5] == [1, 2, 4, 8, 16]
     assert ladder[-3:] == [480, 496, 512]
-    assert 248 in ladder and 256 in ladder and 264 not in ladder
+    assert 248 in ladder and 256 in ladder and 264 not in ladder and 272 in ladder
+    assert ladder == sorted(set(ladder)), "ascending, each size once"
 
 
+@pytest.mark.step1
 def test_default_ladder_follows_max_num_seqs():
     assert impl.default_capture_sizes(max_num_seqs=8, max_num_batched_tokens=8192) == [
         1,
@@ -41,8 +40,16 @@ def test_default_ladder_follows_max_num_seqs():
         16,
     ]
     assert impl.default_capture_sizes(max_num_seqs=1, max_num_batched_tokens=8192) == [1, 2]
+    ladder = impl.default_capture_sizes(max_num_seqs=160, max_num_batched_tokens=8192)
+    assert ladder[-5:] == [256, 272, 288, 304, 320] and len(ladder) == 3 + 31 + 5
 
 
+@pytest.mark.step1
+def test_default_ladder_stops_at_512_whatever_max_num_seqs():
+    assert default_ladder() == impl.default_capture_sizes(1024, 1 << 20)
+
+
+@pytest.mark.step1
 def test_default_ladder_is_clipped_to_the_token_budget():
     assert impl.default_capture_sizes(max_num_seqs=256, max_num_batched_tokens=20) == [
         1,
@@ -51,44 +58,133 @@ def test_default_ladder_is_clipped_to_the_token_budget():
         8,
         16,
     ]
+    assert impl.default_capture_sizes(max_num_seqs=256, max_num_batched_tokens=3) == [1, 2]
 
 
+@pytest.mark.step1
 def test_enforce_eager_captures_nothing():
     assert impl.default_capture_sizes(256, 8192, enforce_eager=True) == []
 
 
+@pytest.mark.step1
+@pytest.mark.parametrize("seqs, budget", [(0, 8192), (256, 0), (-1, 8192)])
+def test_default_ladder_rejects_non_positive_limits(seqs, budget):
+    with pytest.raises(ValueError):
+        impl.default_capture_sizes(seqs, budget)
+
+
+# --- step 2: a user's ladder ------------------------------------------------------------
+
+
+@pytest.mark.step2
 def test_user_ladder_is_deduplicated_filtered_and_sorted():
-    assert impl.normalize_capture_sizes([64, 8, 8, 1, 4096, 16], max_num_batched_tokens=2048) == [
-        1,
-        8,
-        16,
-        64,
+    got = impl.normalize_capture_sizes([64, 8, 8, 1, 4096, 16], max_num_batched_tokens=2048)
+    assert got == [1, 8, 16, 64]
+
+
+@pytest.mark.step2
+def test_user_ladder_keeps_a_size_equal_to_the_token_budget():
+    assert impl.normalize_capture_sizes([2048, 512, 4096], max_num_batched_tokens=2048) == [
+        512,
+        2048,
     ]
 
 
-@pytest.mark.parametrize("bad", [[], [0, 8], [-4], [2.5]])
+@pytest.mark.step2
+def test_user_ladder_accepts_any_iterable():
+    assert impl.normalize_capture_sizes((s for s in (32, 4, 32)), 64) == [4, 32]
+
+
+@pytest.mark.step2
+@pytest.mark.parametrize("bad", [[], [0, 8], [-4], [2.5], [True, 8]])
 def test_user_ladder_rejects_empty_or_non_positive_sizes(bad):
     with pytest.raises(ValueError):
         impl.normalize_capture_sizes(bad, max_num_batched_tokens=2048)
 
 
+@pytest.mark.step2
+def test_user_ladder_entirely_above_the_budget_is_an_error():
+    with pytest.raises(ValueError):
+        impl.normalize_capture_sizes([4096, 8192], max_num_batched_tokens=2048)
+
+
+# --- step 3: the rung lookup ------------------------------------------------------------
+
+
+@pytest.mark.step3
+@pytest.mark.parametrize(
+    "batch, rung", [(33, 40), (32, 32), (3, 4), (1, 1), (5, 8), (249, 256), (257, 272), (512, 512)]
+)
+def test_rung_lookup_pads_up_to_the_next_capture_size(batch, rung):
+    assert impl.padded_size(batch, default_ladder()) == rung
+
+
+@pytest.mark.step3
+def test_rung_lookup_above_the_ladder_is_none():
+    assert impl.padded_size(513, default_ladder()) is None
+    assert impl.padded_size(1, []) is None
+
+
+@pytest.mark.step3
+def test_rung_lookup_on_every_size_of_a_sparse_ladder():
+    ladder = [2, 4, 8, 16, 32]
+    got = [impl.padded_size(n, ladder) for n in range(1, 35)]
+    assert got == [min([s for s in ladder if s >= n], default=None) for n in range(1, 35)]
+
+
+@pytest.mark.step3
+@pytest.mark.parametrize("tokens", [0, -3])
+def test_rung_lookup_rejects_an_empty_batch(tokens):
+    with pytest.raises(ValueError):
+        impl.padded_size(tokens, default_ladder())
+
+
+# --- step 4: padding waste --------------------------------------------------------------
+
+
+@pytest.mark.step4
 def test_padding_waste_counts_padded_tokens_over_real_tokens():
     # 33 -> 40 (7 padding), 40 -> 40 (0), 3 -> 4 (1), 600 runs eagerly (no padding, a miss)
     report = impl.padding_waste([33, 40, 3, 600], default_ladder())
-    assert report.real_tokens == 33 + 40 + 3 + 600
-    assert report.padding_tokens == 8
+    assert report == impl.PaddingReport(
+        real_tokens=33 + 40 + 3 + 600, padding_tokens=8, graph_steps=3, eager_steps=1
+    )
     assert report.waste == pytest.approx(8 / 676)
-    assert (report.graph_steps, report.eager_steps) == (3, 1)
     assert report.hit_rate == pytest.approx(0.75)
 
 
+@pytest.mark.step4
 def test_padding_waste_accepts_a_histogram():
     as_list = impl.padding_waste([5] * 10 + [9] * 3, [1, 2, 4, 8, 16])
     as_hist = impl.padding_waste({5: 10, 9: 3}, [1, 2, 4, 8, 16])
     assert as_list == as_hist
     assert as_hist.padding_tokens == 10 * 3 + 3 * 7
+    assert as_hist.real_tokens == 10 * 5 + 3 * 9 and as_hist.graph_steps == 13
 
 
+@pytest.mark.step4
+def test_padding_waste_of_a_trace_above_the_ladder_is_all_misses():
+    report = impl.padding_waste({100: 4, 200: 1}, POWERS_OF_TWO)
+    assert report == impl.PaddingReport(
+        real_tokens=600, padding_tokens=0, graph_steps=0, eager_steps=5
+    )
+
+
+@pytest.mark.step4
+def test_default_ladder_is_no_denser_than_powers_of_two_below_16():
+    # A server whose batches hold 3 to 12 requests: both ladders pad exactly alike.
+    trace = {3: 40, 5: 30, 9: 20, 12: 10}
+    sparse = impl.padding_waste(trace, POWERS_OF_TWO)
+    dense = impl.padding_waste(trace, default_ladder())
+    assert sparse == dense
+    assert sparse.padding_tokens == 40 * 1 + 30 * 3 + 20 * 7 + 10 * 4 == 310
+    assert impl.padding_waste(trace, [3, 5, 9, 12, 16, 32]).padding_tokens == 0
+
+
+# --- step 5: the trade ------------------------------------------------------------------
+
+
+@pytest.mark.step5
 def test_denser_ladder_wastes_less_but_costs_more_graphs():
     trace = {1: 50, 3: 40, 5: 30, 12: 20, 20: 10, 33: 5}
     sparse = impl.ladder_cost(
@@ -98,23 +194,35 @@ def test_denser_ladder_wastes_less_but_costs_more_graphs():
         trace, list(range(1, 65)), capture_seconds_per_graph=0.5, memory_mib_per_graph=20
     )
     assert dense.padding.padding_tokens == 0 < sparse.padding.padding_tokens
+    assert sparse.padding == impl.padding_waste(trace, [1, 2, 4, 8, 16, 32, 64])
     assert dense.num_graphs == 64 and sparse.num_graphs == 7
-    assert dense.capture_seconds == pytest.approx(32.0) and sparse.capture_seconds == pytest.approx(
-        3.5
+    assert dense.capture_seconds == pytest.approx(32.0)
+    assert sparse.capture_seconds == pytest.approx(3.5)
+    assert dense.graph_memory_mib == pytest.approx(1280)
+    assert sparse.graph_memory_mib == pytest.approx(140)
+
+
+@pytest.mark.step5
+def test_every_rung_costs_a_graph_even_if_the_trace_never_uses_it():
+    cost = impl.ladder_cost({3: 10}, [1, 2, 4, 8], 0.5, 20.0)
+    assert cost == impl.LadderCost(
+        num_graphs=4,
+        padding=impl.PaddingReport(30, 10, 10, 0),
+        capture_seconds=2.0,
+        graph_memory_mib=80.0,
     )
-    assert dense.graph_memory_mib == pytest.approx(
-        1280
-    ) and sparse.graph_memory_mib == pytest.approx(140)
 
 
+@pytest.mark.step5
 def test_ladder_too_short_for_the_trace_loses_hit_rate():
     trace = {8: 90, 100: 10}
     assert impl.ladder_cost(trace, [1, 2, 4, 8], 0.1, 1.0).padding.hit_rate == pytest.approx(0.9)
-    assert impl.ladder_cost(trace, [1, 2, 4, 8, 128], 0.1, 1.0).padding.hit_rate == pytest.approx(
-        1.0
-    )
+    longer = impl.ladder_cost(trace, [1, 2, 4, 8, 128], 0.1, 1.0)
+    assert longer.padding.hit_rate == pytest.approx(1.0)
 
 
-def test_ladder_cost_rejects_negative_per_graph_costs():
+@pytest.mark.step5
+@pytest.mark.parametrize("seconds, mib", [(-1.0, 0.0), (0.0, -5.0)])
+def test_ladder_cost_rejects_negative_per_graph_costs(seconds, mib):
     with pytest.raises(ValueError):
-        impl.ladder_cost({1: 1}, [1], capture_seconds_per_graph=-1.0, memory_mib_per_graph=0.0)
+        impl.ladder_cost({1: 1}, [1], capture_seconds_per_graph=seconds, memory_mib_per_graph=mib)
