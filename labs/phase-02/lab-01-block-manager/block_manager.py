@@ -1,18 +1,18 @@
 """Phase 02, lab 01 — the paged KV cache's block manager (your code).
 
-Mirrors mini_vllm/engine/block_manager.py, the course's version of vLLM's
-vllm/v1/core/kv_cache_manager.py (`allocate_slots`, `get_computed_blocks`, `free`)
-and vllm/v1/core/block_pool.py (free queue, ref counts, hash -> block map).
-Run: pytest labs/phase-02/lab-01-block-manager
+The course's version of vLLM's vllm/v1/core/kv_cache_manager.py (`allocate_slots`,
+`get_computed_blocks`, `free`) over vllm/v1/core/block_pool.py (the free queue, the
+reference counts, the hash -> block map).
+Run: pytest labs/phase-02/lab-01-block-manager (one step: add -m step1, -m step2, ...)
 
-The KV cache is cut into `num_blocks` blocks of `block_size` token slots. A
-sequence's `block_table` lists its blocks in token order, so position p lives in slot
-`block_table[p // block_size] * block_size + p % block_size`.
+The KV cache is cut into `num_blocks` blocks of `block_size` token slots, numbered
+0 .. num_blocks * block_size - 1 when the cache is seen as one long array. A
+sequence's `block_table` lists its blocks in token order.
 
-A sequence here is mini_vllm's `Sequence` (mini_vllm/engine/sequence.py). You use:
-`seq.seq_id`, `seq.block_table` (a list you extend and clear),
-`seq.num_computed_tokens` (tokens whose K/V is already in the cache),
-`seq.num_tokens`, and `seq.tokens(start, end)` (token ids at those positions).
+A sequence here is mini_vllm's `Sequence` (mini_vllm/engine/sequence.py). You use
+`seq.seq_id`, `seq.block_table` (a list you extend and clear), `seq.num_computed_tokens`
+(how many leading tokens already have their K/V in the cache; the caller moves it
+forward after each step), `seq.num_tokens` and `seq.tokens(start, end)`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from collections.abc import Hashable
 from collections.abc import Sequence as SequenceT
 from typing import TYPE_CHECKING
 
+from mini_vllm.errors import UserError
+
 if TYPE_CHECKING:
     from mini_vllm.engine.sequence import Sequence
 
@@ -34,23 +36,34 @@ class OutOfBlocksError(RuntimeError):
     """Given: an allocation asked for more blocks than are free."""
 
 
-def slot_of(block_table: SequenceT[int], position: int, block_size: int) -> int:
-    """The flat KV-cache slot of token `position`: block id * block_size + offset.
+# -- step 1: slots --------------------------------------------------------------------
 
-    A position below 0 or past the table's last block is an IndexError (never a
-    wrong slot: a wrong slot silently overwrites somebody else's K/V).
+
+def slot_of(block_table: SequenceT[int], position: int, block_size: int) -> int:
+    """The slot of the cache where the K/V of token `position` lives.
+
+    Token p sits in the table's block number p // block_size (counting from 0), at
+    offset p % block_size inside it. A position below 0 or past the table's last block
+    raises IndexError: a wrong slot would silently overwrite another sequence's K/V.
+
+    Example: table [7, 2, 5], block_size 4: position 0 -> 28, 3 -> 31, 4 -> 8, 9 -> 21;
+    position 12 or -1 -> IndexError.
     """
-    raise NotImplementedError("TODO: divmod(position, block_size) gives (block index, offset)")
+    raise NotImplementedError("TODO (step 1): slot_of")
 
 
 def slot_mapping(block_table: SequenceT[int], start: int, end: int, block_size: int) -> list[int]:
-    """Slots of positions start..end-1 (empty when start == end)."""
-    raise NotImplementedError("TODO: slot_of for each position")
+    """The slots of positions start, start + 1, ..., end - 1, in that order (empty when
+    start == end); IndexError as in slot_of.
+
+    Example: table [7, 2], block_size 4, start 2, end 7 -> [30, 31, 8, 9, 10].
+    """
+    raise NotImplementedError("TODO (step 1): slot_mapping")
 
 
 def hash_block_tokens(parent: bytes | None, token_ids: SequenceT[int]) -> bytes:
-    """Given: a full block's prefix-cache key, chained to the previous block's key
-    (None for the first block). Equal keys mean equal prefixes, not just equal blocks."""
+    """Given: a full block's prefix-cache key from the key of the block before it (None
+    for a sequence's first block) and the block's own tokens."""
     digest = hashlib.sha256(parent or b"")
     digest.update(array("q", token_ids).tobytes())
     return digest.digest()
@@ -59,115 +72,144 @@ def hash_block_tokens(parent: bytes | None, token_ids: SequenceT[int]) -> bytes:
 class BlockManager:
     """Hands out KV-cache blocks to sequences and takes them back.
 
-    Invariants the tests check:
-    - free + used == num_blocks; a block is free exactly when its ref count is 0;
-    - a block's ref count == the number of live block tables holding it;
-    - a block is in two tables only through prefix caching (full, computed, same prefix);
+    What must hold after every call (the tests check it under random operations):
+    - num_free_blocks + num_used_blocks == num_blocks, and a block is free exactly when
+      its ref count is 0;
+    - a block's ref count is the number of live block tables that hold it;
+    - a block is in two tables only through prefix caching, and then it is full, already
+      computed, and stands for the same leading tokens in both;
     - a table holds exactly ceil(covered tokens / block_size) blocks (lazy allocation).
     """
 
     def __init__(
         self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = False
     ) -> None:
-        """Given: the state you work with."""
+        """Given: the whole state you work with."""
         for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+                raise UserError(f"{name} must be an integer >= 1, got {value!r}")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = bool(enable_prefix_caching)
         self._ref_counts = [0] * num_blocks
-        # The free pool in eviction order: take from the front (popitem(last=False)),
-        # give back at the back (self._free[block_id] = None). An OrderedDict so that a
-        # cached block can also leave from the middle (del self._free[block_id]).
+        # The free pool in eviction order: allocation takes from the front, a freed block
+        # joins the back. An OrderedDict, so a cached block can leave from the middle
+        # in O(1) when a prefix hit revives it.
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
-        # Prefix caching (steps 5-6 of the README).
+        # Prefix caching state.
         self._block_hash: dict[int, bytes] = {}  # block id -> key of the prefix it completes
         self._cached: dict[bytes, int] = {}  # key -> the block that serves hits for it
         self._num_hashed: dict[Hashable, int] = {}  # seq id -> leading blocks already keyed
 
     @property
     def num_free_blocks(self) -> int:
-        """Given: blocks nobody holds (cached ones nobody holds included)."""
+        """Blocks nobody holds (a cached block nobody holds counts: it can be evicted)."""
         return len(self._free)
 
     @property
     def num_used_blocks(self) -> int:
-        """Given: blocks held by at least one sequence."""
+        """Blocks held by at least one sequence."""
         return self.num_blocks - len(self._free)
 
     def ref_count(self, block_id: int) -> int:
-        """Given: how many live block tables hold this block."""
+        """How many live block tables hold this block."""
         if not 0 <= block_id < self.num_blocks:
             raise IndexError(f"block id {block_id} is out of range 0..{self.num_blocks - 1}")
         return self._ref_counts[block_id]
 
     def blocks_needed(self, num_tokens: int) -> int:
-        """Blocks that hold num_tokens tokens: ceil(num_tokens / block_size)."""
-        raise NotImplementedError("TODO: integer ceiling division")
+        """How many blocks hold num_tokens tokens (num_tokens >= 0).
 
-    # -- allocation (steps 2-4) ---------------------------------------------------
+        Example, block_size 4: 0 -> 0, 1 -> 1, 4 -> 1, 5 -> 2, 8 -> 2, 9 -> 3.
+        """
+        raise NotImplementedError("TODO (step 1): blocks_needed")
+
+    # -- step 2: allocate -------------------------------------------------------------
 
     def _take_free_block(self) -> int:
-        """Take the block at the front of the free pool, set its ref count to 1.
-        With prefix caching, forget what it held: drop its hash from _block_hash and,
-        if _cached maps that hash to this block, from _cached too."""
-        raise NotImplementedError("TODO: popitem(last=False) on the free pool")
+        """(A helper for you; the tests never call it.) Hand out the block that has been
+        free the longest, now held once. With prefix caching, whatever it held stops
+        being findable: its slots are about to be overwritten."""
+        raise NotImplementedError("TODO (step 2): _take_free_block")
 
     def can_allocate(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> bool:
-        """Whether allocate(seq, num_new_tokens, num_cached_tokens) would succeed."""
-        raise NotImplementedError("TODO: count the blocks allocate() would need from the free pool")
+        """Whether allocate(seq, num_new_tokens, num_cached_tokens) would succeed now.
+        Changes nothing. Misuse is a ValueError, as in allocate."""
+        raise NotImplementedError("TODO (step 2): can_allocate")
 
     def allocate(self, seq: Sequence, num_new_tokens: int, num_cached_tokens: int = 0) -> None:
-        """Give a sequence without blocks its first blocks.
+        """Give a sequence without blocks (new, or preempted) its first blocks.
 
-        It shares the cached blocks of its first `num_cached_tokens` tokens (a
-        multiple of block_size, at most num_cached_tokens(seq); always 0 without prefix
-        caching) and takes fresh blocks for the next `num_new_tokens`, so that its table
-        covers num_cached_tokens + num_new_tokens tokens. All or nothing: when the free
-        pool is short, raise OutOfBlocksError and change nothing.
-        A sequence that already has blocks, or a num_cached_tokens that is not cached,
-        is a ValueError. (The caller sets seq.num_computed_tokens afterwards.)
+        Afterwards its table covers exactly its first num_cached_tokens + num_new_tokens
+        tokens. The first num_cached_tokens (step 5: a multiple of block_size, at most
+        num_cached_tokens(seq); always 0 without prefix caching) are covered by the
+        cached blocks that already hold them, shared; the rest by blocks nobody held.
+        All or nothing: if the free pool is short, raise OutOfBlocksError and change
+        nothing. A sequence that already holds blocks, or a num_cached_tokens that is
+        not cached, is a ValueError. (The caller then sets seq.num_computed_tokens.)
+
+        Example, block_size 4, 10 free blocks: a 10-token prompt computed in one go
+        takes 3 blocks (7 stay free); one computed in a first chunk of 5 takes 2.
         """
-        raise NotImplementedError(
-            "TODO: shared blocks get ref count + 1, then fresh blocks from the pool"
-        )
+        raise NotImplementedError("TODO (step 2): allocate")
+
+    # -- step 3: append ---------------------------------------------------------------
 
     def can_append(self, seq: Sequence, num_new_tokens: int = 1) -> bool:
-        """Whether append_slots(seq, num_new_tokens) would succeed."""
-        raise NotImplementedError("TODO")
+        """Whether append_slots(seq, num_new_tokens) would succeed now. Changes nothing."""
+        raise NotImplementedError("TODO (step 3): can_append")
 
     def append_slots(self, seq: Sequence, num_new_tokens: int = 1) -> None:
-        """Grow the table so that positions num_computed_tokens ..
-        num_computed_tokens + num_new_tokens - 1 have slots: a decode step takes a
-        block only when its token is the first of a new block; a prefill chunk may
-        take several. Computing past seq.num_tokens is a ValueError; a short pool is
-        OutOfBlocksError with nothing changed."""
-        raise NotImplementedError(
-            "TODO: blocks_needed(num_computed + new) - len(table) more blocks"
-        )
+        """Make sure positions num_computed_tokens .. num_computed_tokens +
+        num_new_tokens - 1 have slots, taking as few blocks as that needs.
+
+        Computing past seq.num_tokens (or a negative count) is a ValueError; a short
+        pool is OutOfBlocksError with nothing changed.
+
+        Example, block_size 4: a sequence with 7 computed tokens in 2 blocks that decodes
+        position 7 takes no block; at position 8 it takes one (3 blocks). A sequence with
+        3 computed tokens (1 block) that computes 13 more in one chunk ends with 4 blocks.
+        """
+        raise NotImplementedError("TODO (step 3): append_slots")
+
+    # -- step 4: free -----------------------------------------------------------------
 
     def free(self, seq: Sequence) -> None:
-        """Return a finished or preempted sequence's blocks: ref count - 1 each, and a
-        block that reaches 0 goes to the back of the free pool. Free the table tail
-        first, so that a shared prefix is evicted after the private tail. Clear the
-        table (and forget seq's _num_hashed entry). Freeing twice does nothing."""
-        raise NotImplementedError("TODO: walk the table in reverse")
+        """Take back a finished or preempted sequence's blocks and clear its table.
 
-    # -- prefix caching (steps 5-6) -----------------------------------------------
+        A block goes back to the free pool only when no table holds it any more; the
+        blocks at the end of the table rejoin the pool before the blocks at its start,
+        so that the pool hands out a sequence's tail before its head. Afterwards the
+        sequence can be allocated again as if it were new. Freeing twice does nothing.
 
-    def num_cached_tokens(self, seq: Sequence) -> int:
-        """How many leading tokens of a sequence without blocks sit in cached blocks:
-        hash its full blocks in order (hash_block_tokens, chained) and stop at the first
-        key not in _cached. Always a multiple of block_size and < seq.num_tokens (at least
-        one token must be computed: its logits give the next token). 0 without prefix caching."""
-        raise NotImplementedError(
-            "TODO: walk the full blocks, at most (num_tokens - 1) // block_size"
-        )
+        Example: a sequence holding [3, 8, 5], nobody else holding them: all three are
+        free afterwards, and the pool will hand out 5, then 8, then 3 after the blocks
+        that were already free.
+        """
+        raise NotImplementedError("TODO (step 4): free")
+
+    # -- step 5: prefix caching -------------------------------------------------------
 
     def cache_full_blocks(self, seq: Sequence) -> None:
-        """Register the blocks the sequence has completely computed (num_computed_tokens
-        // block_size of them) that are not registered yet: record each block's key in
-        _block_hash and, unless the key already has a block, in _cached. No-op without
-        prefix caching. Called after every step that advanced num_computed_tokens."""
-        raise NotImplementedError("TODO: continue the key chain from _num_hashed[seq.seq_id]")
+        """Make the sequence's fully computed blocks findable by later sequences.
+
+        Called after every step that moved num_computed_tokens forward. A block is
+        registered once all block_size of its tokens are computed, under a key that
+        stands for all the tokens from the sequence's start to the block's end; a key
+        that already has a block keeps it. Does nothing without prefix caching.
+
+        Example, block_size 4: a sequence with 10 tokens, 6 computed: only its first
+        block becomes findable; after 8 computed, its second too.
+        """
+        raise NotImplementedError("TODO (step 5): cache_full_blocks")
+
+    def num_cached_tokens(self, seq: Sequence) -> int:
+        """How many leading tokens of a sequence without blocks are held by findable
+        blocks: a multiple of block_size, always below seq.num_tokens (its last token
+        must be computed: that step's logits give the next token); 0 without prefix
+        caching. Changes nothing.
+
+        Example, block_size 4, after [0, 1, ..., 9] was computed and registered:
+        [0..7, 50, 51, 52] -> 8; [0..7] -> 4 (not all 8); [9, 9, 9, 9, 4, 5, 6, 7, 0] -> 0.
+        """
+        raise NotImplementedError("TODO (step 5): num_cached_tokens")
