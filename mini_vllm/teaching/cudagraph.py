@@ -9,9 +9,17 @@ graphs follows from that, without special cases: a replay reads whatever sits in
 static input buffer (stale data if nobody copied the new input in), returns the same
 output buffer every time, and repeats the Python decisions made at capture.
 
+Allocation during capture is allowed, as on a GPU: every output a captured kernel
+produces gets a buffer from the graph pool, and that buffer lives on at its fixed
+address for as long as the graph does (which is why the next replay overwrites the
+last one's output). What a capture refuses is anything that needs the host in the
+middle of the stream: a host sync (`.item()`, printing a tensor, a device-to-host
+copy) and a synchronous copy of host data to the device (`torch.tensor(list,
+device="cuda")`, a blocking `.to("cuda")` of a CPU tensor).
+
 Real counterparts:
-- torch.cuda.CUDAGraph and `torch.cuda.graph` (capture, replay, the memory pool,
-  the no-sync and no-allocation rules of PyTorch's CUDA semantics notes) -> `SimDevice`,
+- torch.cuda.CUDAGraph and `torch.cuda.graph` (capture, replay, the graph's private
+  memory pool, the no-sync rules of PyTorch's CUDA semantics notes) -> `SimDevice`,
   `CapturedGraph`, `GraphPool`;
 - vllm/compilation/cuda_graph.py, `CUDAGraphWrapper.__call__` (one entry per batch
   descriptor, capture on first sight, replay afterwards, refuse capture once the
@@ -64,7 +72,8 @@ class Op:
     gpu_us: float = 2.0  # simulated GPU time of the kernel
     capturable: bool = True  # False for attention: its metadata changes every step
     syncs_host: bool = False  # reads a device value on the host, like `.item()`
-    allocates: bool = False  # asks for fresh device memory, like `torch.tensor(..., device=)`
+    # copies host data to the device and waits, like `torch.tensor([1, 2], device="cuda")`
+    copies_from_host: bool = False
 
 
 @dataclass(frozen=True)
@@ -200,7 +209,7 @@ class SimDevice:
         graph = self._capturing
         if graph is None:
             self._issue("kernel", op.name, self.launch_us, op.gpu_us)
-            if op.syncs_host:  # the CPU waits until the GPU has produced the value
+            if op.syncs_host or op.copies_from_host:  # a synchronous op: the CPU waits
                 self.host_us = self.gpu_busy_until_us
             return op.fn(x)
         if not op.capturable:
@@ -215,13 +224,16 @@ class SimDevice:
                 "a graph cannot hand a value back to Python mid-replay; move "
                 "it out of the captured ops and run it eagerly after the replay"
             )
-        if op.allocates:
+        if op.copies_from_host:
             raise CaptureError(
-                f"op {op.name!r} allocates fresh memory during capture: a replay reuses "
-                "fixed addresses; allocate the buffer once before capture and write into it"
+                f"op {op.name!r} copies host data to the device and waits for it during "
+                "capture (like torch.tensor(list, device='cuda')): a replay never reads "
+                "the host again; fill a static device buffer before capture, or copy "
+                "into it before each replay"
             )
         # Capture records and does not compute. Only the output's shape and dtype are
-        # needed, so run the kernel on zeros (PyTorch would use meta tensors).
+        # needed, so run the kernel on zeros (PyTorch would use meta tensors). The output
+        # is allocated from the graph's pool, and stays there as long as the graph does.
         with np.errstate(all="ignore"):
             probe = np.asarray(op.fn(np.zeros_like(x)))
         out = self.pool.allocate(probe.shape, probe.dtype)

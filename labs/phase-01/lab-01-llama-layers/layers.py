@@ -7,7 +7,9 @@ Mirrors four files of mini_vllm, one idea each:
 - layers/activation.py       `SiluAndMul` (SwiGLU's gate)
 
 The tests check each against a formula, then put all four into mini_vllm's `tiny`
-Llama and compare its logits with the untouched model's.
+Llama and compare its logits with the untouched model's. Each TODO's docstring says
+what the function must guarantee, with a small example; the README has the steps,
+their test commands and folded hints.
 Run: pytest labs/phase-01/lab-01-llama-layers
 """
 
@@ -39,15 +41,19 @@ class RMSNorm(nn.Module):
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """x / sqrt(mean(x^2 over the last dim) + eps) * weight.
+        """x / sqrt(mean(x^2 over the last dim) + eps) * weight, in x's dtype and shape.
 
-        With `residual`: first x = x + residual, and return (normalised x, x): the sum
-        is the new residual stream. Compute the statistics in float32 and return the
-        input's dtype.
+        With `residual` (same shape): the input is h = x + residual, and the result is
+        the pair (normalised h, h): the sum is the new residual stream.
+        The mean of squares and the reciprocal square root are computed in float32
+        whatever x's dtype, so a float16 or bfloat16 input gives the float32 statistics'
+        result rounded to its dtype (no overflow, no loss in the sum of squares).
+
+        Example: eps = 1.0, weight all ones, x = [[1.0] * 8]: mean(x^2) = 1, so every
+        output is 1 / sqrt(2) = 0.7071. With float16 x = [[300.0] * 64] and eps 1e-6,
+        every output is 1.0 (300^2 = 90000 does not fit in float16, but float32 holds it).
         """
-        raise NotImplementedError(
-            "TODO: (add the residual), mean of squares in float32, rsqrt, times weight"
-        )
+        raise NotImplementedError("TODO: step 1")
 
 
 # -- RoPE -----------------------------------------------------------------------------
@@ -56,18 +62,27 @@ class RMSNorm(nn.Module):
 def rope_inverse_frequencies(
     rotary_dim: int, base: float, scaling: dict[str, Any] | None = None
 ) -> torch.Tensor:
-    """The rotation speed of each channel pair: base **
-    (-2i / rotary_dim) for i < rotary_dim / 2, float32.
+    """The rotation speed of each channel pair, `[rotary_dim // 2]`, float32.
 
+    Entry i is base ** (-2i / rotary_dim): pair 0 turns by one radian per position,
+    the last pair almost not at all. Example: rotary_dim 4, base 100 -> [1.0, 0.1].
     (`scaling`, Llama 3.1's long-context rescaling, is not part of this lab.)
     """
     if scaling is not None:
         raise NotImplementedError("RoPE scaling is not part of this lab")
-    raise NotImplementedError("TODO: one line with torch.arange")
+    raise NotImplementedError("TODO: step 2")
 
 
 class RotaryEmbedding(nn.Module):
-    """Given: the cos/sin tables, one row per position. Yours: `forward`."""
+    """Given: `__init__` and its table of cos and sin. Yours: `forward` (step 3).
+
+    `cos_sin_cache` `[max_position, 2, 1, width]`, float32: for position p, with
+    c_i = cos(p * inv_freq[i]) and s_i = sin(p * inv_freq[i]), i < head_dim / 2,
+    - rotate-half (is_neox_style=True): row 0 is [c | c] and row 1 is [-s | s]
+      (width = head_dim: the halves side by side);
+    - interleaved (is_neox_style=False): row 0 is c and row 1 is s (width = head_dim / 2).
+    The size-1 axis broadcasts over heads. Using the table is up to you.
+    """
 
     def __init__(
         self,
@@ -81,31 +96,33 @@ class RotaryEmbedding(nn.Module):
         self.head_dim = head_dim
         self.max_position = max_position
         self.is_neox_style = is_neox_style
-        self.base = base
-        self.scaling = scaling
-
-    def tables(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Given: cos and sin of position * frequency,
-        each `[max_position, head_dim // 2]`, float32."""
-        if not hasattr(self, "_tables"):
-            inv_freq = rope_inverse_frequencies(self.head_dim, self.base, self.scaling)
-            angles = torch.outer(torch.arange(self.max_position, dtype=torch.float32), inv_freq)
-            self._tables = (angles.cos(), angles.sin())
-        return self._tables
+        inv_freq = rope_inverse_frequencies(head_dim, base, scaling)
+        angles = torch.outer(torch.arange(max_position, dtype=torch.float32), inv_freq)
+        cos, sin = angles.cos(), angles.sin()
+        if is_neox_style:
+            table = torch.stack((torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1)), dim=1)
+        else:
+            table = torch.stack((cos, sin), dim=1)
+        self.register_buffer("cos_sin_cache", table.unsqueeze(2), persistent=False)
 
     def forward(
         self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate `query` `[T, H*D]` and `key` `[T, Hkv*D]` by `positions` `[T]`; same shapes back.
+        """`query` `[T, H*D]` and `key` `[T, Hkv*D]` rotated by `positions` `[T]`; same shapes
+        and dtype back, inputs left as they were.
 
-        Every token has its own position (the flattened batch mixes sequences). Pair i
-        of a head turns by the angle positions * inv_freq[i]:
-            (a, b) -> (a cos - b sin, b cos + a sin)
+        Every token has its own position (a flattened batch mixes sequences), and every
+        head of a token turns by the same angles. Pair i of a head turns by the angle
+        theta = positions * inv_freq[i]:
+            (a, b) -> (a cos(theta) - b sin(theta), b cos(theta) + a sin(theta))
         where, with D = head_dim,
         - rotate-half (is_neox_style=True, Hugging Face Llama): a = channel i, b = channel i + D/2;
         - interleaved (is_neox_style=False, llama.cpp):         a = channel 2i, b = channel 2i + 1.
+
+        Example: D = 2 (one pair, inv_freq [1.0]), a query head [1.0, 0.0] at position
+        p comes back as [cos p, sin p]; at position 0 nothing changes.
         """
-        raise NotImplementedError("TODO: gather the table rows, view as heads, rotate the pairs")
+        raise NotImplementedError("TODO: step 3")
 
 
 # -- grouped-query attention over a contiguous KV cache -------------------------------
@@ -129,18 +146,25 @@ class ContiguousAttentionBackend(AttentionBackend):
         kv_cache: torch.Tensor,
         metadata: ContiguousAttentionMetadata,
     ) -> torch.Tensor:
-        """q `[T, H, D]`, k and v `[T, Hkv, D]` with T =
-        batch * num_new_tokens (sequence by sequence).
+        """Attention of the step's new tokens over their sequences' cache: `[T, H, D]`.
 
-        1. Refuse (ValueError) a step whose end (start_pos + num_new_tokens) is past the cache.
-        2. Write k and v into positions [start_pos, start_pos + num_new_tokens) of every
-           sequence; touch nothing else.
-        3. Attend each new query over the sequence's cached keys 0 .. its own position
-           (causal): query head h reads KV head h // (H // Hkv), without copying the
-           cache once per query head.
-        Return `[T, H, D]`.
+        q `[T, H, D]`, k and v `[T, Hkv, D]`, T = batch * num_new_tokens, rows sequence
+        by sequence (row b * n + t is token t of sequence b); `metadata` says the new
+        tokens sit at positions [start_pos, start_pos + num_new_tokens) of every sequence.
+        - Errors: ValueError if start_pos + num_new_tokens is past the cache's length.
+        - The cache: afterwards, `kv_cache[0, b, p]` and `kv_cache[1, b, p]` hold the key
+          and value of sequence b's token at position p for every new position; no other
+          entry of the cache changes.
+        - The output: a query at position p attends over its own sequence's keys and
+          values at positions 0..p (causal), with scale `self.scale` (None: 1/sqrt(D));
+          query head h reads KV head h // (H // Hkv), and the cache is not copied once
+          per query head.
+
+        Example: H = 4, Hkv = 2: query heads 0 and 1 read KV head 0, heads 2 and 3 read
+        KV head 1. A decode step (num_new_tokens 1) at start_pos 4 writes position 4 and
+        attends over positions 0..4.
         """
-        raise NotImplementedError("TODO: check, write the cache, then grouped attention")
+        raise NotImplementedError("TODO: step 4")
 
 
 # -- SwiGLU ---------------------------------------------------------------------------
@@ -148,8 +172,12 @@ class ContiguousAttentionBackend(AttentionBackend):
 
 class SiluAndMul(nn.Module):
     def forward(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """`[..., 2 * I]` (gate and up side by side) -> silu(gate) * up, `[..., I]`."""
-        raise NotImplementedError("TODO")
+        """`[..., 2 * I]` (gate, then up, side by side) -> silu(gate) * up, `[..., I]`.
+
+        silu(g) = g * sigmoid(g). Example: [[0.0, 2.0, 5.0, 7.0]] (gate [0, 2], up
+        [5, 7]) -> [[0.0, 2 * sigmoid(2) * 7]] = [[0.0, 12.33]].
+        """
+        raise NotImplementedError("TODO: step 5")
 
 
 _GIVEN = (F, allocate_contiguous_kv_caches)  # imported for you; use them or not

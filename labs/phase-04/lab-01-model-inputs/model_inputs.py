@@ -1,10 +1,9 @@
 """Phase 04, lab 01 — from a scheduler's batch to the flat inputs of one forward (your code).
 
-Mirrors mini_vllm/engine/model_inputs.py, the course's version of the input
-preparation in vLLM's vllm/v1/worker/gpu_model_runner.py (`GPUModelRunner._prepare_inputs`:
-query_start_loc, positions, slot mapping, logits indices; the padding to a CUDA-graph
-size) and of nano-vllm's nanovllm/engine/model_runner.py (`prepare_prefill`,
-`prepare_decode`).
+The course's version of the input preparation in vLLM's vllm/v1/worker/gpu_model_runner.py
+(`GPUModelRunner._prepare_inputs`: query_start_loc, positions, slot mapping, logits
+indices; the padding to a CUDA-graph size) and of nano-vllm's
+nanovllm/engine/model_runner.py (`prepare_prefill`, `prepare_decode`).
 Run: pytest labs/phase-04/lab-01-model-inputs
 
 The model sees no batch dimension. Every scheduled row's new tokens are laid end to
@@ -53,6 +52,10 @@ class ModelInputs:
     sampling_rows: list[int]  # the rows that sample this step, in order
     uniform_decode: bool  # every real row decodes exactly one token
     num_real_tokens: int = field(default=-1)  # before padding (-1: no padding applied)
+    # Async scheduling (a later chapter): tokens not sampled yet when the step was planned.
+    # Not used in this lab: leave both empty.
+    placeholder_tokens: list[int] = field(default_factory=list)  # token indices
+    placeholder_seq_ids: list = field(default_factory=list)  # whose token each one is
 
     @property
     def num_tokens(self) -> int:
@@ -64,45 +67,68 @@ class ModelInputs:
 
     @property
     def query_start_loc(self) -> list[int]:
-        """Where each row's tokens start in the flat arrays, plus the end:
-        [0, q0, q0 + q1, ...], num_reqs + 1 entries (vLLM's name; FlashAttention
-        calls it cu_seqlens_q). Row r's tokens are [query_start_loc[r], query_start_loc[r + 1])."""
-        raise NotImplementedError("TODO: a running sum of query_lens, starting at 0")
+        """Where each row's tokens start in the flat arrays, plus where the last one ends.
+
+        Guarantees: num_reqs + 1 entries; the first is 0, the last is num_tokens (the
+        sum of query_lens); row r's tokens are the half-open range
+        [query_start_loc[r], query_start_loc[r + 1]). vLLM's name; FlashAttention calls
+        it cu_seqlens_q. Does not change the object.
+
+        Example: query_lens [1, 3, 2] -> [0, 1, 4, 6]; no rows -> [0].
+        """
+        raise NotImplementedError("TODO: step 1")
 
 
 def prepare_inputs(output: SchedulerOutput) -> ModelInputs:
-    """Flatten the scheduled rows, in row order, into one forward's inputs.
+    """One forward's inputs for the rows of `output`, in row order, unpadded.
 
-    Per token (all rows end to end):
+    Per token (every row's new tokens, rows end to end, tokens in order):
     - input_ids: the row's new_token_ids;
-    - positions: num_computed_tokens, num_computed_tokens + 1, ... (one per new token);
-    - slot_mapping: block_table[p // block_size] * block_size + p % block_size for each
-      position p (mini_vllm.engine.block_manager.slot_mapping does this for a range,
-      if you would rather not write it again).
-    Per row: query_lens (num_new_tokens), seq_lens (context_len), block_tables (as lists).
-    Sampling: for each row with samples_token, logits_indices gets the flat index of
-    the row's LAST new token, and sampling_rows gets the row's index. A prefill chunk
-    that stops short of the end samples nothing.
+    - positions: the token's position in its own sequence (a row's first new token
+      sits at num_computed_tokens);
+    - slot_mapping: the cache slot of that position,
+      block_table[p // block_size] * block_size + p % block_size.
+    Per row: query_lens (num_new_tokens), seq_lens (context_len), block_tables (each
+    a new list).
+    Sampling: one entry per row with samples_token, in row order: logits_indices holds
+    the flat index of that row's LAST new token, sampling_rows the row's index. A
+    prompt chunk that stops short of the prompt's end samples nothing.
     uniform_decode: the output's is_uniform_decode (a 1-token prompt has query length
-    1 but is a prefill: not uniform decode).
-    Leave num_real_tokens at its default (-1): nothing is padded yet.
+    1 but is a prefill: not uniform decode; an empty batch is not uniform either).
+    num_real_tokens stays -1 (nothing is padded); placeholder lists stay empty.
+    Reads only the rows' snapshot fields: the result is the same before and after the
+    scheduler applies the step.
+
+    Example (block size 4): row 0 decodes token 99 with 5 tokens cached, block table
+    [0, 1]; row 1 is a new 3-token prompt [20, 21, 22] on block table [2], all of it
+    scheduled. Then input_ids [99, 20, 21, 22], positions [5, 0, 1, 2],
+    slot_mapping [5, 8, 9, 10], query_lens [1, 3], seq_lens [6, 3],
+    block_tables [[0, 1], [2]], logits_indices [0, 3], sampling_rows [0, 1],
+    uniform_decode False.
     """
-    raise NotImplementedError("TODO: one pass over output.scheduled")
+    raise NotImplementedError("TODO: step 2")
 
 
 def pad_inputs(inputs: ModelInputs, num_tokens: int) -> ModelInputs:
-    """Pad to `num_tokens` tokens (a captured graph's size) so the padding does no harm.
+    """`inputs` padded to `num_tokens` tokens (a captured graph's size), harmlessly.
 
-    Return a NEW ModelInputs (dataclasses.replace); never change `inputs` or its lists.
+    - Returns a NEW ModelInputs; `inputs` and its lists are left exactly as they were.
     - num_tokens below inputs.num_tokens: ValueError (padding only grows a batch).
-    - num_real_tokens: inputs.num_tokens, always (also when nothing needs adding).
-    - every padded token: id 0, position 0, slot PAD_SLOT_ID (its K/V goes nowhere).
-    - uniform-decode batch: each padded token is also a padded ROW of its own, as a
-      FULL graph was captured for that many rows: query length 1, sequence length 0
-      (attention reads nothing for it), an empty block table.
-    - mixed batch: the rows stay exactly as they are; only the token arrays grow (a
-      piecewise graph's pieces see tokens only; attention runs eagerly on real rows).
-    - sampling (logits_indices, sampling_rows) and uniform_decode are unchanged: a
-      padded token is never sampled from.
+    - num_real_tokens of the result: inputs.num_tokens, always (also when nothing is added).
+    - The real tokens and rows come first, unchanged. Every padded token has id 0,
+      position 0 and slot PAD_SLOT_ID (its K/V is written nowhere).
+    - Uniform-decode batch: each padded token is also a padded ROW of its own (a FULL
+      graph was captured for that many decode rows): query length 1, sequence length
+      0 (attention reads nothing for it), an empty block table.
+    - Mixed batch: the rows are unchanged; only the per-token lists grow (a piecewise
+      graph's pieces see tokens only; attention runs eagerly on the real rows).
+    - logits_indices, sampling_rows and uniform_decode are unchanged: a padded token
+      is never sampled from.
+
+    Example: a uniform decode of 3 rows (input_ids [50, 50, 50], slots [5, 10, 15],
+    seq_lens [6, 3, 4]) padded to 4 -> input_ids [50, 50, 50, 0], slots
+    [5, 10, 15, -1], query_lens [1, 1, 1, 1], seq_lens [6, 3, 4, 0], one more block
+    table [], num_real_tokens 3. The same 3 tokens as a mixed batch of 2 rows padded
+    to 4 keep their 2 rows.
     """
-    raise NotImplementedError("TODO: grow the token arrays; for uniform decode, the row arrays too")
+    raise NotImplementedError("TODO: step 3")

@@ -1,8 +1,7 @@
 """Lab 01 — a CUDA graph simulator: capture, replay, static buffers, one graph per shape.
 
-Your code. It mirrors mini_vllm/teaching/cudagraph.py (the reference), which mirrors
-torch.cuda.CUDAGraph / `torch.cuda.graph` and vLLM's `CUDAGraphWrapper`
-(vllm/compilation/cuda_graph.py).
+Your code. It models torch.cuda.CUDAGraph / `torch.cuda.graph` and vLLM's
+`CUDAGraphWrapper` (vllm/compilation/cuda_graph.py).
 
 A model is a list of ops (`Op`: a numpy function standing for one GPU kernel). The
 `SimDevice` runs an op at once when no capture is open, or records it into the open
@@ -13,13 +12,15 @@ frozen branches will then happen by themselves, exactly as on a GPU.
 
 What is given: `Op`, `Branch`, `Node`, `CapturedGraph`, `GraphPool`, the
 `SimDevice` bookkeeping (`_issue`, the clock, `capture()`), `run_eager`,
-`GraphEntry`, `toy_model`. What you write, in this order (see the lab README):
+`GraphEntry`, `toy_model`. What you write, one step each (see the lab README):
 
-1. `SimDevice.launch`   — run an op now, or record it while capturing (and refuse
-                          what a graph cannot hold);
-2. `SimDevice.replay`   — one launch that re-runs every recorded node;
+1. `SimDevice.launch`   — run an op now, or record it while a capture is open, and
+                          refuse what a graph cannot hold;
+2. `SimDevice.replay`   — one launch that re-runs the recorded nodes on their buffers;
 3. `GraphRunner._check_input`, `GraphRunner._capture`, `GraphRunner.__call__`
-                        — one graph per input shape: warm up, capture, copy, replay.
+                        — one graph per input shape, fed through static buffers.
+
+Each TODO's docstring says what the function must guarantee; how is up to you.
 
 `split_ops` and `PiecewiseGraphRunner` are lab 03's
 (labs/phase-05/lab-03-cudagraph-mode/piecewise.py);
@@ -68,7 +69,8 @@ class Op:
     gpu_us: float = 2.0  # simulated GPU time of the kernel
     capturable: bool = True  # False for attention: its metadata changes every step
     syncs_host: bool = False  # reads a device value on the host, like `.item()`
-    allocates: bool = False  # asks for fresh device memory, like `torch.tensor(..., device=)`
+    # copies host data to the device and waits, like `torch.tensor([1, 2], device="cuda")`
+    copies_from_host: bool = False
 
 
 @dataclass(frozen=True)
@@ -197,33 +199,56 @@ class SimDevice:
     def launch(self, op: Op, x: np.ndarray) -> np.ndarray:
         """Run `op` on `x` now, or, inside a capture, record it and return its static output.
 
-        No capture open (`self._capturing is None`): account for one kernel launch with
-        `self._issue("kernel", op.name, self.launch_us, op.gpu_us)`; if `op.syncs_host`,
-        the host then waits for the GPU (`self.host_us = self.gpu_busy_until_us`);
-        return `op.fn(x)`.
+        No capture open — the op runs:
+          - returns `op.fn(x)`;
+          - exactly one launch is accounted: `launches` grows by 1, `trace` gains
+            ("kernel", op.name), `host_us` grows by `launch_us`, and the GPU lane is busy
+            for `op.gpu_us` from the later of when it was free and when the launch ends;
+          - a synchronous op (`syncs_host` or `copies_from_host`) returns only once the
+            GPU is done: afterwards `host_us == gpu_busy_until_us`.
 
-        Capture open: launch nothing. Refuse, with a CaptureError that names the op
-        (`op.name`):
-          - an op with `capturable=False`: say to use PiecewiseGraphRunner or run eagerly;
-          - an op with `syncs_host=True` (like `.item()`);
-          - an op with `allocates=True` (fresh memory: a replay reuses fixed addresses).
-        Otherwise allocate the output from `self.pool` (its shape and dtype are those of
-        `op.fn` applied to zeros shaped like `x`), append `Node(op, x, out)` to the open
-        graph's `nodes`, and return `out`: later ops read it, so the recorded kernels
-        chain through static buffers.
+        A capture open (`capture()`) — the op is recorded, not run:
+          - no launch: `launches`, `trace` and both clocks are unchanged;
+          - returns a new buffer from `self.pool` with the shape and dtype `op.fn(x)`
+            would have (its contents are not computed yet); the pool keeps it for as long
+            as the graph lives;
+          - the open graph's `nodes` gains one `Node(op, x, out)`: `x` itself, not a
+            copy, so a replay reads whatever `x` holds then;
+          - an op the graph cannot hold raises `CaptureError` with `op.name` in the
+            message, and nothing is recorded: `capturable=False` (the message also says
+            to use PiecewiseGraphRunner or to run eagerly), `syncs_host`,
+            `copies_from_host`. Allocating is NOT refused: that is what the pool is for.
+
+        Example, with `SimDevice()` and `double = Op("double", lambda v: 2 * v)`:
+          eager: `launch(double, np.array([[1., 2.]], np.float32))` returns [[2., 4.]];
+                 launches 0 -> 1, host_us 0.0 -> 5.0, gpu_busy_until_us 0.0 -> 7.0.
+          inside `with device.capture(graph):` the same call returns a (1, 2) float32
+                 buffer `b` with `device.pool.buffers[-1] is b`; launches stays 0;
+                 `graph.nodes == [Node(double, x, b)]`.
         """
-        raise NotImplementedError("TODO: run the op eagerly, or record a Node while capturing")
+        raise NotImplementedError("TODO: run the op now, or record it while a capture is open")
 
     def replay(self, graph: CapturedGraph) -> None:
-        """One launch; the GPU re-runs every recorded kernel on its recorded buffers.
+        """Re-run a captured graph on its own buffers, with one launch.
 
-        Refuse (CaptureError) while a capture is open. Account for ONE launch with
-        `self._issue("graph", f"{len(graph.nodes)} nodes", self.graph_launch_us, gpu_work)`
-        where gpu_work sums `op.gpu_us + self.node_us` over the nodes. Then, node by node
-        in order, compute `node.op.fn(node.src)` and write it INTO `node.dst`
-        (`np.copyto`): the buffers are the graph's, their identity must not change.
+        Guarantees:
+          - `CaptureError` while a capture is open on this device, or when `graph` was
+            captured on another device; nothing is launched then;
+          - exactly one launch: `launches` grows by 1, `trace` gains
+            ("graph", f"{len(graph.nodes)} nodes"), `host_us` grows by `graph_launch_us`,
+            and the GPU lane is busy for the sum of `op.gpu_us + node_us` over the nodes,
+            from the later of when it was free and when the launch ends;
+          - afterwards each node's `dst` holds `op.fn` of what its `src` held when that
+            node ran, the nodes running in recording order (a node reads the fresh
+            output of the node before it);
+          - every buffer keeps its identity: no node's `dst` is replaced by a new array.
+
+        Example, `SimDevice()` (graph_launch_us 5, node_us 1.5) and a graph that recorded
+        "double" then "add_one" (gpu_us 2 each) on a static input holding [[1., 2.]]:
+        after `replay`, the second node's `dst` holds [[3., 5.]]; launches +1; on a fresh
+        device host_us is 5.0 and gpu_busy_until_us is 5.0 + 2 * (2.0 + 1.5) = 12.0.
         """
-        raise NotImplementedError("TODO: one launch, then re-run each node into its static output")
+        raise NotImplementedError("TODO: one launch that re-runs the recorded nodes in place")
 
 
 def _forward(
@@ -295,38 +320,60 @@ class GraphRunner:
         self.capture_window_open = False
 
     def _check_input(self, x: np.ndarray) -> None:
-        """Refuse what cannot go into the static buffers.
+        """Refuse an input that cannot go into the static buffers; return None otherwise.
 
-        Not a numpy array: TypeError. A dtype other than `self.dtype` (when it is not
-        None): ValueError naming the dtype expected and the shapes captured so far —
-        `np.copyto` would otherwise cast the input silently.
+          - `x` not a numpy array: TypeError;
+          - `self.dtype` set and `x.dtype` different: ValueError whose message names the
+            dtype expected and lists the shapes captured so far (`np.copyto` would
+            otherwise cast the input into the static buffer without a word);
+          - `self.dtype` None: any dtype is accepted for a new shape, but a shape already
+            captured accepts only its static input's dtype (ValueError otherwise).
+        Runs before any capture, so a refused input never leaves a graph behind.
+
+        Example: `GraphRunner(ops)` (float32) refuses `np.zeros((2, 8))` (float64) with
+        a ValueError mentioning "float32", whether or not (2, 8) was captured.
         """
-        raise NotImplementedError("TODO: check the input's type and dtype")
+        raise NotImplementedError("TODO: refuse a non-array, and a dtype the buffers do not hold")
 
     def _capture(self, x: np.ndarray) -> GraphEntry:
-        """Capture the graph for `x.shape` and return its GraphEntry.
+        """Capture the graph for `x.shape` and return its entry (not stored: the caller does).
 
-        1. static input: a buffer from `self.device.pool`, shaped and typed like `x`,
-           holding a copy of `x`;
-        2. warm-up: one eager run on the static input (`run_eager`);
-        3. capture: a `CapturedGraph(self.device)`; inside `with self.device.capture(graph):`
-           run the model's Python code, `_forward(self.ops, self.device, static_input,
-           host_input=x)`; what it returns is the static output.
+        Guarantees, for a model of n kernels (branches resolved on `x`):
+          - the returned `GraphEntry` has `shape == x.shape`, a `CapturedGraph` on this
+            device with n nodes, a `static_input` holding a copy of `x` (same shape and
+            dtype), and the `static_output` its last node writes;
+          - `static_input` and every node's output are buffers of `self.device.pool`,
+            so `device.pool.nbytes` grows by exactly their sizes (the graph's memory);
+          - before the capture the model runs once eagerly on the static input (the
+            warm-up PyTorch asks for): n kernel launches, then no launch at all while
+            capturing; `device.captures` grows by 1;
+          - an op the graph cannot hold raises `CaptureError` and leaves no capture open.
+
+        Example: `toy_model(hidden=16, num_layers=2)` (8 ops) and `x` of shape (4, 16):
+        8 launches in `trace`, `captures` +1, 9 new pool buffers, 3328 bytes.
         """
-        raise NotImplementedError("TODO: static input, warm-up, capture")
+        raise NotImplementedError("TODO: a static input, a warm-up, then the capture")
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        """Run the model on `x` through the graph for `x.shape`.
+        """The model's output for `x`, through the graph for `x.shape`.
 
-        Check the input. No graph for this shape yet: if the capture window is open,
-        capture one and store it in `self.graphs[x.shape]`; if it is closed, run eagerly
-        when `self.fallback_to_eager`, else raise a CaptureError that lists the captured
-        shapes (never capture silently). Then copy `x` into the entry's static input and
-        return the entry's replay (the static output).
+        Guarantees:
+          - `x` is checked first (`_check_input`);
+          - the first call with a shape, while the capture window is open, captures a
+            graph and stores its entry in `self.graphs[x.shape]`; later calls with that
+            shape reuse it (no new capture, one launch each);
+          - a new shape once the window is closed: an eager run (one launch per kernel,
+            nothing stored) when `fallback_to_eager`, else a `CaptureError` listing the
+            captured shapes; never a silent capture;
+          - a replayed result is computed from `x`, not from an earlier input, and is
+            the entry's `static_output` itself (the same array every call, overwritten
+            by the next replay of that shape).
+
+        Example: calls with shapes (4, 16), (4, 16), (8, 16) on a fresh runner of the
+        8-op toy model: `set(runner.graphs) == {(4, 16), (8, 16)}`, `device.captures ==
+        2`, `device.launches == 9 + 1 + 9`.
         """
-        raise NotImplementedError(
-            "TODO: look up the graph by shape, capture on first sight, copy, replay"
-        )
+        raise NotImplementedError("TODO: look the graph up by shape, capture on first sight")
 
 
 @dataclass(frozen=True)

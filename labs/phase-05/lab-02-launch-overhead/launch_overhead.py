@@ -1,6 +1,6 @@
 """Lab 02 — launch overhead: when do CUDA graphs pay, and when do they stop paying?
 
-Your code. It mirrors mini_vllm/teaching/launch_overhead.py (the reference).
+Your code.
 
 One decode step is a list of kernels. Draw it on two lanes: the CPU issues launches,
 the GPU executes kernels.
@@ -17,12 +17,15 @@ the GPU and the graph's gain shrinks.
 
 Given: the data classes and the presets (imported from mini_vllm.teaching.launch_overhead,
 where the comments say where every number comes from), `step_time_us`,
-`simulate_step`, `sweep`, `render_ascii`. What you write, in this order:
+`simulate_step`, `sweep`, `render_ascii`. What you write, one step each (see the README):
 
-1. `kernel_gpu_us`  — the roofline;
-2. `eager_timeline` and `graph_timeline` — the two-lane rules above;
-3. `crossover_batch` — the first batch size whose speedup falls below the threshold;
-4. `get_preset`     — look a preset up, or say which ones exist.
+1. `kernel_gpu_us`   — a kernel's GPU time, the roofline;
+2. `eager_timeline`  — the eager step on two lanes;
+3. `graph_timeline`  — the step as one graph replay;
+4. `crossover_batch` — the first batch size where graphs stop paying;
+5. `get_preset`      — a preset by its name.
+
+Each TODO's docstring says what the function must guarantee; how is up to you.
 
 Run: pytest labs/phase-05/lab-02-launch-overhead
 """
@@ -76,33 +79,48 @@ def _check_batch(batch: int) -> None:
 def kernel_gpu_us(kernel: Kernel, batch: int, hw: Hardware) -> float:
     """The kernel's own GPU time in µs at this batch size: a roofline.
 
-    bytes moved = weight_bytes + batch * (bytes_per_token + kv_bytes_per_seq)
-    FLOPs       = batch * flops_per_token
-    time        = the larger of bytes / hw.bandwidth and FLOPs / hw.peak_flops
-                  (both in seconds: convert to µs).
-    Reject a batch that is not a positive integer (`_check_batch`).
+    Returns max(bytes / hw.bandwidth, FLOPs / hw.peak_flops), converted from seconds to
+    µs, where a decode step of `batch` sequences moves
+        bytes = weight_bytes + batch * (bytes_per_token + kv_bytes_per_seq)
+    and does
+        FLOPs = batch * flops_per_token.
+    A batch that is not a positive int (0, -3, 2.0, True) is a ValueError.
+
+    Example: 4 MB of weights and 1 MFLOP a token, at 1 TB/s and 100 TFLOP/s: 4.0 µs at
+    batch 1 (memory-bound); 1 GFLOP a token instead: 10.0 µs at batch 1, 40.0 at batch 4.
     """
-    raise NotImplementedError("TODO: the roofline max(bytes / bandwidth, flops / peak), in µs")
+    raise NotImplementedError("TODO: the roofline of bytes and FLOPs, in µs")
 
 
 def eager_timeline(kernels: Sequence[Kernel], batch: int, hw: Hardware) -> list[Span]:
-    """Eager: one CPU span and one GPU span per kernel, in launch order.
+    """The eager step: one CPU span and one GPU span per kernel (2 * len(kernels) spans).
 
-    Keep two clocks, when the CPU is free and when the GPU is free, both starting at 0.
-    For each kernel: the CPU issues it from cpu_free for hw.launch_us, giving
-    Span(CPU, kernel.name, start, end); the GPU starts it at the later of gpu_free and
-    the end of that launch, and is busy for kernel_gpu_us(...) + hw.eager_gap_us,
-    giving Span(GPU, kernel.name, start, end).
+    Guarantees, with each lane's spans in launch order and named after their kernel:
+      - CPU: the first launch starts at 0; each lasts `hw.launch_us`; they are back to
+        back (a launch starts when the one before ends);
+      - GPU: kernel i starts at the later of the end of its own launch and the end of
+        kernel i - 1 (never earlier, never later), and lasts
+        `kernel_gpu_us(kernel, batch, hw) + hw.eager_gap_us`.
+
+    Example: two kernels of 30 µs and 1 µs, launch_us 4, eager_gap_us 1: CPU spans
+    (0, 4), (4, 8); GPU spans (4, 35), (35, 37); the step ends at 37.
     """
-    raise NotImplementedError(
-        "TODO: two clocks; a kernel starts when the GPU is free AND its launch is issued"
-    )
+    raise NotImplementedError("TODO: the eager step's CPU and GPU spans")
 
 
 def graph_timeline(kernels: Sequence[Kernel], batch: int, hw: Hardware) -> list[Span]:
-    """Graph replay: Span(CPU, GRAPH_LAUNCH, 0, hw.graph_launch_us), then one GPU span a
-    kernel, back to back from the end of that launch, each kernel_gpu_us(...) + hw.node_us."""
-    raise NotImplementedError("TODO: one CPU launch span, then the nodes back to back on the GPU")
+    """The step as one graph replay: 1 CPU span, then one GPU span per kernel.
+
+    Guarantees:
+      - the CPU lane holds exactly one span, `Span(CPU, GRAPH_LAUNCH, 0, graph_launch_us)`;
+      - the GPU spans are named after the kernels, in order, the first starting when the
+        launch ends and each next one when the one before ends; each lasts
+        `kernel_gpu_us(kernel, batch, hw) + hw.node_us`.
+
+    Example: 50 kernels of 3 µs, graph_launch_us 12, node_us 1.5: the step ends at
+    12 + 50 * 4.5 = 237 µs.
+    """
+    raise NotImplementedError("TODO: one graph launch, then the nodes on the GPU")
 
 
 def step_time_us(spans: Iterable[Span]) -> float:
@@ -136,11 +154,15 @@ def crossover_batch(
     """The smallest batch size in 1..max_batch whose speedup (`simulate_step(...).speedup`)
     is below `threshold`; None if graphs still pay at `max_batch`.
 
-    A threshold <= 1.0 is a ValueError. The speedup never rises with batch size, so you
-    need not try every batch: bisect between a batch that pays and one that does not
-    (a linear scan of 4096 batch sizes takes many seconds).
+    You may rely on the speedup never rising with the batch size. A threshold <= 1.0 is a
+    ValueError (it is a speedup), and so is a `max_batch` that is not a positive int.
+    It must stay quick: a few dozen steps simulated, not thousands.
+
+    Example: the Llama-3.1-8B preset's speedup is 1.205 at batch 16 and falls below 1.2
+    at batch 17, so `crossover_batch(llama, threshold=1.2) == 17`; with a speedup of 0.9
+    already at batch 1 the answer is 1.
     """
-    raise NotImplementedError("TODO: bisect for the first batch size whose speedup < threshold")
+    raise NotImplementedError("TODO: the first batch size whose speedup falls below threshold")
 
 
 def render_ascii(
@@ -184,5 +206,9 @@ def render_ascii(
 
 
 def get_preset(name: str) -> Preset:
-    """PRESETS[name]; an unknown name is a ValueError that lists the names there are."""
+    """The preset called `name` in PRESETS.
+
+    An unknown name is a ValueError whose message holds that name and every known one,
+    e.g. "unknown preset 'a100'; choose one of: h100-llama3.1-8b, h100-smollm2-135m".
+    """
     raise NotImplementedError("TODO: look the preset up; an unknown name lists the known ones")

@@ -1,9 +1,9 @@
 """Phase 06, lab 01 — choose a capture ladder from a recorded trace (your code).
 
-Mirrors mini_vllm/bench/ladder.py. vLLM takes its ladder as given (`cudagraph_capture_sizes`
-in vllm/config/compilation.py) and captures it in `GPUModelRunner.capture_model`;
-here you choose one from traffic and score it with the engine's own accounting
-(`CudagraphDispatcher.dispatch` and `EngineStats`).
+vLLM takes its ladder as given (`cudagraph_capture_sizes` in vllm/config/compilation.py)
+and captures it in `GPUModelRunner.capture_model`; here you choose one from traffic and
+score it with the engine's own accounting (`CudagraphDispatcher.dispatch` and
+`EngineStats`), so that the number you predict is the number the engine reports.
 Run: pytest labs/phase-06/lab-01-capture-ladder
 """
 
@@ -13,21 +13,26 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from mini_vllm.config.capture_sizes import padded_size  # noqa: F401  (Phase 05's rung lookup: use it)
+from mini_vllm.config.capture_sizes import padded_size  # noqa: F401  (Phase 05's rung lookup)
 from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.engine.cudagraph_dispatcher import CudagraphDispatcher  # noqa: F401
 from mini_vllm.engine.stats import EngineStats, StepRecord  # noqa: F401
+from mini_vllm.errors import UserError  # a ValueError whose message says what to do
 
-DEFAULT_MIN_HIT_RATE = 0.92
+DEFAULT_MIN_HIT_RATE = 0.92  # the production target for decode_graph_hit_rate (alert below 0.85)
 
 
 def trace_from_stats(stats: EngineStats) -> list[int]:
-    """The decode batch sizes of a run, in step order.
+    """The decode batch sizes of a run, in step order: what a ladder must serve.
 
-    Keep only the uniform-decode steps (`StepRecord.uniform_decode`), and take each
-    one's `num_tokens`. Mixed steps (with a prefill) are not part of the trace.
+    Guarantees: one entry per uniform-decode step of `stats.steps`
+    (`StepRecord.uniform_decode`), in order, holding that step's real token count
+    (never the size it was padded to). Mixed steps (with a prefill) are left out.
+
+    Example: steps of (num_tokens, num_padded_tokens, uniform_decode)
+    (40, 40, False), (3, 4, True), (9, 9, False), (5, 8, True) -> [3, 5].
     """
-    raise NotImplementedError("TODO: one list comprehension over stats.steps")
+    raise NotImplementedError("TODO: step 1")
 
 
 @dataclass(frozen=True)
@@ -56,26 +61,39 @@ class LadderScore:
 def powers_of_two_ladder(num_graphs: int) -> list[int]:
     """Given: the naive ladder 1, 2, 4, ..., 2**(num_graphs - 1)."""
     if num_graphs < 1:
-        raise ValueError(f"a ladder has at least one rung, got {num_graphs}")
+        raise UserError(f"a ladder has at least one rung, got {num_graphs}")
     return [2**i for i in range(num_graphs)]
 
 
 def _histogram(trace: Mapping[int, int] | Iterable[int]) -> Counter:
-    """Given: {batch size: steps} from a list of sizes or a mapping."""
-    if isinstance(trace, Mapping):
-        return Counter({int(k): int(v) for k, v in trace.items() if v > 0})
-    return Counter(int(b) for b in trace)
+    """Given: {batch size: steps} from a list of sizes or a mapping (sizes >= 1)."""
+    counts = (
+        Counter({int(k): int(v) for k, v in trace.items()})
+        if isinstance(trace, Mapping)
+        else Counter(int(b) for b in trace)
+    )
+    bad = sorted(k for k, v in counts.items() if v and k < 1)
+    if bad:
+        raise UserError(f"batch sizes are >= 1, got {bad}")
+    return Counter({k: v for k, v in counts.items() if v > 0})
 
 
 def evaluate_ladder(trace: Mapping[int, int] | Iterable[int], ladder: Iterable[int]) -> LadderScore:
-    """Score `ladder` (any order, maybe with duplicates) on a trace.
+    """What `ladder` does to `trace` (a list of batch sizes, or {size: steps}).
 
-    For each step: `padded_size(size, rungs)` is its rung, or None above the ladder.
-    A step with a rung is a graph step and adds `rung - size` padding tokens; a step
-    without one runs eagerly and adds nothing. Every step adds `size` real tokens.
-    Return a LadderScore whose `ladder` is the sorted, de-duplicated rungs as a tuple.
+    Guarantees, for the ladder given in any order and maybe with duplicates:
+    - `ladder` of the result: the distinct rungs, ascending, as a tuple;
+    - a step runs on the smallest rung >= its size (Phase 05's `padded_size`): it is a
+      graph step and adds rung - size padding tokens; a step above the top rung runs
+      eagerly and adds no padding;
+    - decode_steps counts every step, real_tokens every step's size.
+    So `hit_rate` and `padding_waste` are the engine's `decode_graph_hit_rate` and
+    `padding_waste` on these steps.
+
+    Example: trace [3, 4, 5, 8, 1, 9], ladder [8, 4] -> ladder (4, 8), decode_steps 6,
+    graph_steps 5, real_tokens 30, padding_tokens 1 + 0 + 3 + 0 + 3 = 7 (the 9 adds 0).
     """
-    raise NotImplementedError("TODO: walk the histogram, look each size up")
+    raise NotImplementedError("TODO: step 2")
 
 
 def score_with_engine(
@@ -84,17 +102,22 @@ def score_with_engine(
     cudagraph_mode: CUDAGraphMode | str = CUDAGraphMode.FULL_AND_PIECEWISE,
     max_num_seqs: int | None = None,
 ) -> EngineStats:
-    """Replay a decode trace through the engine's own dispatcher and statistics.
+    """The engine's own statistics for a decode trace served with `ladder` captured.
 
-    Build `CudagraphDispatcher(cudagraph_mode, sorted rungs, max_num_seqs)`
-    (max_num_seqs None: the largest of the trace and the rungs). For each size call
-    `dispatcher.dispatch(size, uniform_decode=True)` -> (mode, descriptor) and record a
-    StepRecord as the model runner does: num_reqs = num_tokens = num_decode_tokens =
-    size, num_padded_tokens = descriptor.num_tokens, num_prefill_tokens = 0,
-    uniform_decode = True, runtime_mode = mode.name, seconds = 0.0.
-    Do not look rungs up yourself: the dispatcher decides.
+    Guarantees: one StepRecord a trace entry, in order, recorded as the model runner
+    records a uniform-decode step of that size: num_reqs = num_tokens =
+    num_decode_tokens = size, num_prefill_tokens = 0, uniform_decode True,
+    seconds 0.0; runtime_mode (the mode's name) and num_padded_tokens (the batch
+    descriptor's token count) are what the engine's `CudagraphDispatcher`, built for
+    `cudagraph_mode`, the ladder's distinct rungs ascending and `max_num_seqs`,
+    answers for a uniform decode of that size. The rungs are never looked up here: the
+    dispatcher decides. max_num_seqs None means the largest of the trace and the rungs,
+    so every rung can hold a FULL graph.
+
+    Example: trace [3, 8, 9, 20], ladder [4, 8, 16], max_num_seqs 16 -> padded sizes
+    [4, 8, 16, 20], modes ["FULL", "FULL", "FULL", "NONE"].
     """
-    raise NotImplementedError("TODO: one dispatch and one StepRecord per step")
+    raise NotImplementedError("TODO: step 3")
 
 
 def choose_ladder(
@@ -103,16 +126,21 @@ def choose_ladder(
     min_hit_rate: float = DEFAULT_MIN_HIT_RATE,
     max_capture_size: int | None = None,
 ) -> list[int]:
-    """The ascending ladder of at most `max_graphs` rungs, each <= `max_capture_size`
-    (None: no limit), with hit rate >= `min_hit_rate` on the trace and the least
-    padding possible.
+    """The best ladder for `trace`: ascending, distinct rungs, at most `max_graphs` of
+    them, each <= `max_capture_size` (None: no bound), with a hit rate on the trace of
+    at least `min_hit_rate`, and no other such ladder pads fewer tokens.
 
-    1. ValueError if max_graphs < 1, min_hit_rate is outside [0, 1], or the trace is empty.
-    2. The top rung: the smallest size s of the trace such that the steps <= s are at
-       least min_hit_rate of all steps. If s > max_capture_size: ValueError, saying
-       which share of steps is reachable.
-    3. Below it, choose the other rungs among the sizes the trace holds, minimising
-       the padding: dynamic programming over the sorted distinct sizes
-       best[k][i] = least padding serving sizes[0..i] with k rungs, the top at sizes[i].
+    Also guaranteed:
+    - every rung is a batch size the trace holds;
+    - the top rung is the smallest size of the trace whose steps at or below it are at
+      least `min_hit_rate` of all steps (reaching the target exactly counts);
+    - among ladders with the least padding, one with the fewest rungs.
+    Errors (ValueError): max_graphs < 1; min_hit_rate outside [0, 1]; an empty trace;
+    a top rung above `max_capture_size` (the message names the hit rate asked for and
+    the share of steps that is reachable; a top rung equal to the bound is fine).
+
+    Example: trace {1: 5, 2: 9, 3: 2, 5: 7, 6: 1, 9: 4, 12: 6, 15: 1, 20: 1} (36 steps),
+    min_hit_rate 0.9: the top rung is 12 (34 of 36 steps). With 1 graph -> [12]; with
+    2 graphs -> [5, 12], padding 5*4 + 9*3 + 2*2 + 1*6 + 4*3 = 69 tokens.
     """
-    raise NotImplementedError("TODO: top rung, then the DP, then walk back")
+    raise NotImplementedError("TODO: step 4")

@@ -57,6 +57,7 @@ def make_norm(hidden, eps=1e-5, seed=1):
     return norm
 
 
+@pytest.mark.step1
 def test_rmsnorm_equals_the_formula():
     norm = make_norm(32)
     x = randn(5, 32)
@@ -65,6 +66,7 @@ def test_rmsnorm_equals_the_formula():
     )
 
 
+@pytest.mark.step1
 def test_rmsnorm_with_residual_adds_first_and_returns_the_sum():
     norm = make_norm(32)
     x, residual = randn(4, 32, seed=2), randn(4, 32, seed=3)
@@ -75,18 +77,40 @@ def test_rmsnorm_with_residual_adds_first_and_returns_the_sum():
     )
 
 
+@pytest.mark.step1
 def test_rmsnorm_ignores_the_scale_of_its_input():
     norm = make_norm(16, eps=1e-12)
     x = randn(3, 16, seed=4)
     torch.testing.assert_close(norm(x * 37.0), norm(x), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.step1
 def test_rmsnorm_uses_eps():
     norm = impl.RMSNorm(8, eps=1.0)
     x = torch.full((1, 8), 1.0)
     torch.testing.assert_close(norm(x), torch.full((1, 8), 1.0 / math.sqrt(2.0)))
 
 
+@pytest.mark.step1
+def test_rmsnorm_half_precision_input_gets_float32_statistics():
+    # Activations of a few hundred are common in real Llamas. Their squares do not fit
+    # in float16 (max 65504): the mean of squares must be taken in float32, and only the
+    # result rounded back to float16.
+    norm = make_norm(64).to(torch.float16)
+    x = (300.0 * randn(4, 64, seed=5)).to(torch.float16)
+    out = norm(x)
+    assert out.dtype == torch.float16
+    assert torch.isfinite(out).all() and out.abs().amax() > 0.5, (
+        "the statistics overflowed: compute mean(x^2) in float32"
+    )
+    torch.testing.assert_close(
+        out.double(), rms_formula(x, norm.weight, 1e-5), rtol=5e-3, atol=5e-3
+    )
+    x = torch.full((1, 64), 300.0, dtype=torch.float16)
+    torch.testing.assert_close(impl.RMSNorm(64, eps=1e-6).to(torch.float16)(x), x / 300.0)
+
+
+@pytest.mark.step1
 def test_rmsnorm_keeps_the_activation_dtype():
     norm = make_norm(64).to(torch.bfloat16)
     x = randn(2, 64).to(torch.bfloat16)
@@ -120,12 +144,14 @@ def make_rope(neox=True):
     return impl.RotaryEmbedding(HEAD_DIM, max_position=64, base=BASE, is_neox_style=neox)
 
 
+@pytest.mark.step2
 def test_rope_inverse_frequencies_are_powers_of_the_base():
     inv_freq = impl.rope_inverse_frequencies(HEAD_DIM, BASE)
     expected = torch.tensor([BASE ** (-2.0 * i / HEAD_DIM) for i in range(HEAD_DIM // 2)])
     torch.testing.assert_close(inv_freq.double(), expected.double(), rtol=1e-6, atol=0)
 
 
+@pytest.mark.step3
 @pytest.mark.parametrize("neox", [True, False], ids=["rotate_half", "interleaved"])
 def test_rope_rotates_each_channel_pair_by_position_times_frequency(neox):
     rope = make_rope(neox)
@@ -141,6 +167,7 @@ def test_rope_rotates_each_channel_pair_by_position_times_frequency(neox):
     )
 
 
+@pytest.mark.step3
 def test_rope_at_position_zero_changes_nothing():
     q, k = randn(2, 2 * HEAD_DIM, seed=7), randn(2, HEAD_DIM, seed=8)
     q_rot, k_rot = make_rope()(torch.tensor([0, 0]), q, k)
@@ -148,6 +175,7 @@ def test_rope_at_position_zero_changes_nothing():
     torch.testing.assert_close(k_rot, k)
 
 
+@pytest.mark.step3
 def test_rope_preserves_the_norm_of_every_head():
     q, k = randn(6, 3 * HEAD_DIM, seed=9), randn(6, HEAD_DIM, seed=10)
     q_rot, k_rot = make_rope()(torch.arange(6) * 7, q, k)
@@ -155,6 +183,7 @@ def test_rope_preserves_the_norm_of_every_head():
     torch.testing.assert_close(k_rot.norm(dim=-1), k.norm(dim=-1))
 
 
+@pytest.mark.step3
 @pytest.mark.parametrize("neox", [True, False], ids=["rotate_half", "interleaved"])
 def test_rope_score_depends_only_on_the_position_difference(neox):
     rope = make_rope(neox)
@@ -170,6 +199,7 @@ def test_rope_score_depends_only_on_the_position_difference(neox):
     assert score(9, 4) != pytest.approx(score(9, 7), rel=1e-3)
 
 
+@pytest.mark.step3
 def test_rope_llama_cpp_row_order_with_interleaved_rope_gives_the_same_scores():
     # llama.cpp stores W_q and W_k with the rows of every head permuted so that its
     # interleaved RoPE computes what rotate-half RoPE computes on the original rows.
@@ -223,6 +253,7 @@ def qkv(tokens, seed):
     )
 
 
+@pytest.mark.step4
 def test_attention_prefill_equals_causal_attention_with_repeated_kv_heads():
     batch, n = 2, 5
     q, k, v = qkv(batch * n, seed=20)
@@ -236,6 +267,7 @@ def test_attention_prefill_equals_causal_attention_with_repeated_kv_heads():
         torch.testing.assert_close(out[rows].double(), expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.step4
 def test_attention_prefill_writes_keys_and_values_at_their_positions_only():
     batch, n = 2, 3
     q, k, v = qkv(batch * n, seed=30)
@@ -248,6 +280,7 @@ def test_attention_prefill_writes_keys_and_values_at_their_positions_only():
     assert (cache[:, :, n:] == 0).all(), "positions after the new tokens must stay untouched"
 
 
+@pytest.mark.step4
 def test_attention_decode_step_writes_at_start_pos_and_reads_the_whole_cache():
     batch, n = 2, 4
     backend, cache = impl.ContiguousAttentionBackend(), new_cache(batch, 8)
@@ -265,6 +298,7 @@ def test_attention_decode_step_writes_at_start_pos_and_reads_the_whole_cache():
         torch.testing.assert_close(out[b : b + 1].double(), expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.step4
 def test_attention_several_new_tokens_on_top_of_a_filled_cache():
     # A prompt in two chunks: the second chunk's queries
     # see the first chunk and, causally, themselves.
@@ -276,6 +310,7 @@ def test_attention_several_new_tokens_on_top_of_a_filled_cache():
     torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.step4
 def test_attention_query_head_h_reads_kv_head_h_over_group():
     # Every value of KV head j is j + 1, so whatever the attention weights, query head
     # h outputs the number (plus one) of the KV head it reads: heads 0, 1 -> 1; 2, 3 -> 2.
@@ -292,6 +327,7 @@ def test_attention_query_head_h_reads_kv_head_h_over_group():
     torch.testing.assert_close(decode[:, :, 0], expected.expand(1, H))
 
 
+@pytest.mark.step4
 def test_attention_prefill_is_causal():
     q, k, v = qkv(5, seed=80)
     out = impl.ContiguousAttentionBackend().forward(
@@ -307,6 +343,7 @@ def test_attention_prefill_is_causal():
     assert not torch.allclose(out2[4], out[4])
 
 
+@pytest.mark.step4
 def test_attention_step_past_the_end_of_the_cache_is_refused():
     q, k, v = qkv(3, seed=90)
     with pytest.raises(ValueError):
@@ -318,6 +355,7 @@ def test_attention_step_past_the_end_of_the_cache_is_refused():
 # -- SwiGLU ---------------------------------------------------------------------------
 
 
+@pytest.mark.step5
 def test_silu_and_mul_equals_silu_of_gate_times_up():
     gate, up = randn(3, 10, seed=100), randn(3, 10, seed=101)
     out = impl.SiluAndMul()(torch.cat([gate, up], dim=-1))
@@ -327,6 +365,7 @@ def test_silu_and_mul_equals_silu_of_gate_times_up():
     )
 
 
+@pytest.mark.step5
 def test_silu_and_mul_halves_the_last_dimension():
     assert impl.SiluAndMul()(randn(2, 7, 12)).shape == (2, 7, 6)
 
@@ -391,6 +430,7 @@ def run_steps(model, backend, prompts, decode_tokens):
     return torch.cat(steps)
 
 
+@pytest.mark.step5
 def test_tiny_llama_with_your_layers_gives_the_reference_logits(tiny_pair):
     reference, yours = tiny_pair
     prompts = [[256, 10, 20, 30, 40, 50, 60], [256, 70, 80, 90, 100, 110, 120]]

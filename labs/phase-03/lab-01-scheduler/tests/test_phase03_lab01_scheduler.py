@@ -5,9 +5,16 @@ cache through the slot mapping, reads each row's context back through its block
 table, and picks the next token as a fixed function of that context. So every
 request must end with exactly the tokens it gets when run alone, however the
 scheduler batched, chunked or preempted it.
+
+Every step of the engine is also checked against the invariants any correct scheduler
+keeps: the token budget and max_num_seqs hold, no request has two rows, a request is
+either running or waiting (never both), a step that preempted admits nobody, and
+without prefix caching no two rows share a KV block.
 """
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from labkit import implementation
 from mini_vllm.engine.block_manager import BlockManager, slot_mapping, slot_of
@@ -18,6 +25,15 @@ impl = implementation(__file__, starter="scheduler.py", reference="mini_vllm.eng
 
 VOCAB, EOS = 24, 0
 
+# Deterministic property tests: the same examples on every run and every machine.
+PROPERTY = settings(
+    max_examples=60,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
 
 def next_token(context):
     h = 7
@@ -26,11 +42,14 @@ def next_token(context):
     return h % VOCAB
 
 
+def blocks_for(num_tokens, block_size):
+    return -(-num_tokens // block_size)
+
+
 def alone(seq, max_model_len, num_blocks, block_size):
     """(output tokens, finish reason) of the request run by itself."""
-    blocks = lambda n: -(-n // block_size)  # noqa: E731
     tokens, out = list(seq.prompt_token_ids), []
-    if len(tokens) > max_model_len or blocks(len(tokens)) > num_blocks:
+    if len(tokens) > max_model_len or blocks_for(len(tokens), block_size) > num_blocks:
         return [], FinishReason.ERROR
     while True:
         tokens.append(next_token(tokens))
@@ -39,7 +58,7 @@ def alone(seq, max_model_len, num_blocks, block_size):
             return out, FinishReason.STOP
         if len(out) >= seq.sampling_params.max_tokens or len(tokens) >= max_model_len:
             return out, FinishReason.LENGTH
-        if blocks(len(tokens)) > num_blocks:
+        if blocks_for(len(tokens), block_size) > num_blocks:
             return out, FinishReason.ERROR
 
 
@@ -65,28 +84,86 @@ class FakeModel:
 
 
 class Engine:
+    """A scheduler, a block manager and the fake model, with every step checked."""
+
     def __init__(self, num_blocks=64, block_size=4, caching=False, eos=EOS, **config):
-        bm = BlockManager(num_blocks, block_size, enable_prefix_caching=caching)
-        self.sched = impl.Scheduler(impl.SchedulerConfig(**config), bm, eos_token_id=eos)
+        self.bm = BlockManager(num_blocks, block_size, enable_prefix_caching=caching)
+        self.sched = impl.Scheduler(impl.SchedulerConfig(**config), self.bm, eos_token_id=eos)
         self.model = FakeModel(num_blocks, block_size)
-        self.outputs, self.finished = [], []
+        self.outputs, self.finished, self.added = [], [], []
+        self.running = set()  # ids running, as the outputs tell it
+
+    def add(self, *seqs):
+        for seq in seqs:
+            self.sched.add_request(seq)
+            self.added.append(seq)
+
+    def schedule(self):
+        out = self.sched.schedule()
+        self.outputs.append(out)
+        self._check_step(out)
+        return out
+
+    def update(self, out, sampled=None):
+        if sampled is None:
+            sampled = self.model.forward(out)
+        done = self.sched.update_from_output(out, sampled)
+        for seq in done:
+            assert seq.is_finished and seq.block_table == [], f"{seq!r} is not cleanly finished"
+        self.running -= {seq.seq_id for seq in done}
+        self.finished += done
+        self._check_queues()
+        return done
+
+    def step(self):
+        return self.update(self.schedule())
 
     def run(self, requests, arrivals=None):
         arrivals = arrivals or [0] * len(requests)
         step = 0
-        while step <= max(arrivals) or self.sched.has_unfinished_requests():
-            for seq, at in zip(requests, arrivals):
-                if at == step:
-                    self.sched.add_request(seq)
-            out = self.sched.schedule()
-            self.outputs.append(out)
-            self.finished += self.sched.update_from_output(out, self.model.forward(out))
+        while step <= max(arrivals, default=-1) or self.sched.has_unfinished_requests():
+            self.add(*(seq for seq, at in zip(requests, arrivals) if at == step))
+            self.step()
             step += 1
             assert step < 2000, "the scheduler stopped making progress"
         return self.outputs
 
+    def _check_step(self, out):
+        config, ids = self.sched.config, out.seq_ids
+        assert out.total_num_tokens <= config.max_num_batched_tokens, (
+            f"{out}: more tokens than max_num_batched_tokens={config.max_num_batched_tokens}"
+        )
+        assert out.num_reqs <= config.max_num_seqs, f"{out}: more rows than max_num_seqs"
+        assert len(set(ids)) == len(ids), f"{out}: a request has two rows"
+        assert all(row.num_new_tokens >= 1 for row in out.scheduled), f"{out}: an empty row"
+        preempted = set(out.preempted_ids)
+        assert not preempted & set(ids), f"{out}: a request preempted in it is scheduled in it"
+        if preempted:
+            admitted = [i for i in ids if i not in self.running]
+            assert not admitted, f"{out}: admitted {admitted} in a step that preempted"
+        self.running = (self.running | set(ids)) - preempted - {s.seq_id for s in out.failed}
+        bs = out.block_size
+        for row in out.scheduled:
+            assert len(row.block_table) * bs >= row.context_len, f"{row.seq_id!r} lacks blocks"
+        if not self.bm.enable_prefix_caching:
+            held = [b for row in out.scheduled for b in row.block_table]
+            assert len(held) == len(set(held)), f"{out}: two rows share a KV block"
+        self._check_queues()
+
+    def _check_queues(self):
+        live = [s for s in self.added if not s.is_finished]
+        running = {s.seq_id for s in live if s.status is SequenceStatus.RUNNING}
+        waiting = [s for s in live if s.status is SequenceStatus.WAITING]
+        assert running == self.running, f"running {sorted(running)}, outputs say {self.running}"
+        assert len(running) + len(waiting) == len(live)
+        assert self.sched.get_request_counts() == (len(running), len(waiting)), (
+            "get_request_counts() disagrees with the requests' statuses"
+        )
+        for seq in waiting:
+            assert seq.block_table == [] and seq.num_computed_tokens == 0, f"{seq!r} waits"
+
     def assert_all_done_as_if_alone(self, requests):
-        bm = self.sched.block_manager
+        bm = self.bm
         assert sorted(map(id, self.finished)) == sorted(map(id, requests)), (
             "a request was lost or reported twice"
         )
@@ -95,6 +172,7 @@ class Engine:
             assert (list(seq.output_token_ids), seq.finish_reason) == expected, seq
             assert seq.block_table == []
         assert bm.num_free_blocks == bm.num_blocks, "blocks leaked"
+        assert not self.sched.has_unfinished_requests()
 
 
 def req(seq_id, prompt_len, max_tokens=8, ignore_eos=True, offset=0):
@@ -102,18 +180,240 @@ def req(seq_id, prompt_len, max_tokens=8, ignore_eos=True, offset=0):
     return Sequence(seq_id, prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos))
 
 
-# -- steps 1-2: one step ------------------------------------------------------------
+def rows(out):
+    return [(r.seq_id, r.num_computed_tokens, r.num_new_tokens) for r in out.scheduled]
 
 
-def test_budget_and_max_num_seqs_are_never_exceeded():
-    engine = Engine(max_num_seqs=3, max_num_batched_tokens=10, max_model_len=64)
-    requests = [req(i, 3 + 2 * i, max_tokens=5, offset=i) for i in range(8)]
-    outputs = engine.run(requests)
-    assert max(o.num_reqs for o in outputs) == 3
-    assert max(o.total_num_tokens for o in outputs) == 10
-    engine.assert_all_done_as_if_alone(requests)
+# -- step 1: requests that can never run ---------------------------------------------
 
 
+@pytest.mark.step1
+def test_prompt_longer_than_max_model_len_fails_at_once_with_a_clear_error():
+    engine = Engine(max_num_batched_tokens=16, max_model_len=16)
+    ok1, bad, ok2 = req("ok1", 5), req("too_long", 17), req("ok2", 16)
+    engine.add(ok1, bad, ok2)
+    assert bad.finish_reason is FinishReason.ERROR and bad.status is SequenceStatus.FINISHED
+    assert "max_model_len" in bad.error and "17" in bad.error and "16" in bad.error
+    # A prompt of exactly max_model_len tokens is allowed (it can sample one token).
+    assert ok1.status is ok2.status is SequenceStatus.WAITING and ok2.error is None
+    assert engine.sched.get_request_counts() == (0, 2)
+    assert engine.sched.has_unfinished_requests()
+
+
+@pytest.mark.step1
+def test_request_bigger_than_the_whole_cache_fails_at_once_with_a_clear_error():
+    engine = Engine(num_blocks=4, block_size=4, max_num_batched_tokens=16, max_model_len=128)
+    big, full = req("big", 17), req("fills_the_cache", 16)
+    engine.add(big, full)
+    assert big.finish_reason is FinishReason.ERROR and "block" in big.error
+    assert "5" in big.error and "4" in big.error  # the blocks it needs, the blocks there are
+    assert full.status is SequenceStatus.WAITING and full.error is None
+    assert engine.sched.get_request_counts() == (0, 1)
+
+
+# -- step 2: one step: who gets in ---------------------------------------------------
+
+
+@pytest.mark.step2
+def test_first_step_admits_in_arrival_order_and_chunks_the_one_that_meets_the_budget():
+    engine = Engine(max_num_seqs=4, max_num_batched_tokens=10, max_model_len=64)
+    engine.add(req("a", 4), req("b", 4), req("c", 4), req("d", 4))
+    out = engine.schedule()
+    assert rows(out) == [("a", 0, 4), ("b", 0, 4), ("c", 0, 2)]
+    assert [r.samples_token for r in out.scheduled] == [True, True, False]
+    assert all(r.is_prefill for r in out.scheduled) and not out.is_uniform_decode
+    assert out.scheduled[2].new_token_ids == engine.added[2].prompt_token_ids[:2]
+    assert engine.sched.get_request_counts() == (3, 1)
+
+
+@pytest.mark.step2
+def test_max_num_seqs_caps_the_requests_admitted():
+    engine = Engine(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=64)
+    engine.add(req("a", 3), req("b", 3), req("c", 3))
+    out = engine.schedule()
+    assert out.seq_ids == ("a", "b")
+    assert engine.sched.get_request_counts() == (2, 1)
+
+
+@pytest.mark.step2
+def test_without_chunking_a_prompt_that_exactly_fills_the_budget_goes_in():
+    engine = Engine(
+        max_num_seqs=4, max_num_batched_tokens=32, max_model_len=32, enable_chunked_prefill=False
+    )
+    engine.add(req("a", 10), req("b", 22), req("c", 1))
+    out = engine.schedule()
+    assert rows(out) == [("a", 0, 10), ("b", 0, 22)]  # 32 tokens: the whole budget
+    assert engine.sched.get_request_counts() == (2, 1)
+
+
+@pytest.mark.step2
+def test_without_chunking_the_head_waits_and_nobody_overtakes_it():
+    engine = Engine(
+        max_num_seqs=4, max_num_batched_tokens=32, max_model_len=32, enable_chunked_prefill=False
+    )
+    engine.add(req("a", 10), req("b", 30), req("c", 2))
+    out = engine.schedule()
+    assert out.seq_ids == ("a",)  # b does not fit in the 22 tokens left; c must not pass it
+    assert engine.sched.get_request_counts() == (1, 2)
+
+
+@pytest.mark.step2
+def test_a_prompt_waits_while_its_blocks_are_short_and_nobody_overtakes_it():
+    engine = Engine(num_blocks=4, block_size=4, max_num_batched_tokens=64, max_model_len=64)
+    engine.add(req("a", 10), req("b", 8), req("c", 2))
+    out = engine.schedule()
+    assert out.seq_ids == ("a",)  # a holds 3 blocks; b needs 2, only 1 is free
+    assert engine.bm.num_free_blocks == 1
+    assert engine.sched.get_request_counts() == (1, 2)
+
+
+@pytest.mark.step2
+def test_prefix_cached_tokens_count_as_computed_on_admission():
+    engine = Engine(
+        num_blocks=32, block_size=4, caching=True, max_num_batched_tokens=32, max_model_len=64
+    )
+    shared = [(3 * i + 1) % VOCAB for i in range(10)]
+    # Someone computed the same 10 leading tokens earlier and left: 2 full blocks cached.
+    earlier = Sequence("earlier", shared)
+    engine.bm.allocate(earlier, 10)
+    earlier.num_computed_tokens = 10
+    engine.bm.cache_full_blocks(earlier)
+    engine.bm.free(earlier)
+    second = Sequence("second", shared + [5, 6], SamplingParams(max_tokens=4, ignore_eos=True))
+    engine.add(second)
+    out = engine.schedule()
+    assert rows(out) == [("second", 8, 4)]
+    assert out.scheduled[0].new_token_ids == (shared[8], shared[9], 5, 6)
+
+
+@pytest.mark.step2
+def test_requests_that_failed_on_arrival_are_reported_in_the_next_output():
+    engine = Engine(max_num_batched_tokens=16, max_model_len=16)
+    bad, ok = req("too_long", 17), req("ok", 5)
+    engine.add(bad, ok)
+    out = engine.schedule()
+    assert out.failed == (bad,) and out.seq_ids == ("ok",)
+
+
+@pytest.mark.step2
+def test_schedule_twice_without_update_is_an_error():
+    engine = Engine(max_num_batched_tokens=16, max_model_len=64)
+    engine.add(req("a", 3))
+    engine.schedule()
+    with pytest.raises(RuntimeError):
+        engine.sched.schedule()
+
+
+# -- step 3: after the forward -------------------------------------------------------
+
+
+@pytest.mark.step3
+def test_a_whole_prefill_samples_the_first_token_and_decodes_next():
+    engine = Engine(max_num_batched_tokens=16, max_model_len=64)
+    seq = req("a", 5, max_tokens=3)
+    engine.add(seq)
+    out = engine.schedule()
+    assert engine.update(out, [7]) == []
+    assert seq.output_token_ids == (7,) and seq.num_computed_tokens == 5
+    assert seq.status is SequenceStatus.RUNNING and seq.num_new_tokens == 1
+    assert not seq.is_prefill
+
+
+@pytest.mark.step3
+def test_a_chunk_short_of_the_prompt_end_takes_no_token_even_if_one_is_given():
+    engine = Engine(max_num_seqs=4, max_num_batched_tokens=10, max_model_len=64)
+    a, b = req("a", 6), req("b", 9)
+    engine.add(a, b)
+    out = engine.schedule()
+    assert rows(out) == [("a", 0, 6), ("b", 0, 4)]
+    engine.update(out, [7, 9])  # the runner may sample every row; b's row must be ignored
+    assert a.output_token_ids == (7,) and b.output_token_ids == ()
+    assert (a.num_computed_tokens, b.num_computed_tokens) == (6, 4)
+    assert b.is_prefill and b.num_new_tokens == 5
+
+
+@pytest.mark.step3
+def test_max_tokens_counts_the_token_just_sampled():
+    engine = Engine(max_num_batched_tokens=16, max_model_len=64)
+    one, two = req("one", 4, max_tokens=1), req("two", 4, max_tokens=2)
+    engine.add(one, two)
+    out = engine.schedule()
+    done = engine.update(out, [7, 7])
+    assert done == [one]
+    assert one.output_token_ids == (7,) and one.finish_reason is FinishReason.LENGTH
+    assert two.status is SequenceStatus.RUNNING
+    assert engine.sched.get_request_counts() == (1, 0)
+    assert engine.bm.num_free_blocks == engine.bm.num_blocks - 1  # only two holds a block
+
+
+@pytest.mark.step3
+def test_eos_stops_unless_ignore_eos_and_wins_over_max_tokens():
+    engine = Engine(max_num_batched_tokens=16, max_model_len=64)
+    params = dict(max_tokens=1), dict(max_tokens=5), dict(max_tokens=5, ignore_eos=True)
+    last, stops, goes_on = (
+        Sequence(name, [1, 2, 3], SamplingParams(**p))
+        for name, p in zip(("last", "stops", "goes_on"), params)
+    )
+    engine.add(last, stops, goes_on)
+    out = engine.schedule()
+    done = engine.update(out, [EOS, EOS, EOS])
+    assert done == [last, stops]
+    assert last.finish_reason is FinishReason.STOP  # EOS on the last allowed token: a STOP
+    assert stops.finish_reason is FinishReason.STOP and stops.output_token_ids == (EOS,)
+    assert goes_on.status is SequenceStatus.RUNNING and goes_on.output_token_ids == (EOS,)
+
+
+@pytest.mark.step3
+def test_max_model_len_caps_prompt_plus_output():
+    engine = Engine(max_num_batched_tokens=32, max_model_len=12)
+    at_cap, below = req("at_cap", 11, max_tokens=100), req("below", 10, max_tokens=100)
+    engine.add(at_cap, below)
+    done = engine.update(engine.schedule(), [7, 7])
+    assert done == [at_cap] and at_cap.num_tokens == 12
+    assert at_cap.finish_reason is FinishReason.LENGTH
+    assert below.status is SequenceStatus.RUNNING
+
+
+@pytest.mark.step3
+def test_a_finished_request_gives_its_blocks_to_the_next_one():
+    engine = Engine(num_blocks=4, block_size=4, max_num_batched_tokens=32, max_model_len=64)
+    first, second = req("first", 16, max_tokens=1), req("second", 13, max_tokens=1)
+    engine.add(first, second)
+    out = engine.schedule()
+    assert out.seq_ids == ("first",)  # the cache is full
+    engine.update(out)
+    out = engine.schedule()
+    assert rows(out) == [("second", 0, 13)]
+    engine.update(out)
+    engine.assert_all_done_as_if_alone([first, second])
+
+
+@pytest.mark.step3
+def test_update_returns_the_requests_that_failed_on_arrival():
+    engine = Engine(max_num_batched_tokens=16, max_model_len=16)
+    bad, ok = req("too_long", 17), req("ok", 5, max_tokens=3)
+    engine.add(bad, ok)
+    out = engine.schedule()
+    assert engine.update(out) == [bad]
+
+
+@pytest.mark.step3
+def test_update_refuses_a_stale_output_and_a_wrong_number_of_tokens():
+    engine = Engine(max_num_batched_tokens=16, max_model_len=64)
+    engine.add(req("a", 3), req("b", 3))
+    out = engine.schedule()
+    with pytest.raises(ValueError):
+        engine.sched.update_from_output(out, [7])
+    stranger = impl.SchedulerOutput(step=out.step, scheduled=out.scheduled, block_size=4)
+    with pytest.raises(RuntimeError):
+        engine.sched.update_from_output(stranger, [7, 7])
+    engine.update(out)
+
+
+# -- step 4: many steps: running requests keep going ---------------------------------
+
+
+@pytest.mark.step4
 def test_decode_steps_after_the_prefill_are_uniform_decode():
     engine = Engine(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64)
     requests = [req(i, 5, max_tokens=4, offset=i) for i in range(3)]
@@ -124,6 +424,7 @@ def test_decode_steps_after_the_prefill_are_uniform_decode():
     engine.assert_all_done_as_if_alone(requests)
 
 
+@pytest.mark.step4
 def test_new_request_joining_decodes_makes_a_mixed_batch_with_decodes_first():
     engine = Engine(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64)
     requests = [req("a", 4), req("b", 4), req("late", 6)]
@@ -139,6 +440,7 @@ def test_new_request_joining_decodes_makes_a_mixed_batch_with_decodes_first():
     engine.assert_all_done_as_if_alone(requests)
 
 
+@pytest.mark.step4
 def test_chunked_prefill_covers_the_whole_prompt_and_samples_only_at_its_end():
     engine = Engine(max_num_batched_tokens=16, max_model_len=128)
     long = req("long", 50, max_tokens=3)
@@ -152,6 +454,32 @@ def test_chunked_prefill_covers_the_whole_prompt_and_samples_only_at_its_end():
     engine.assert_all_done_as_if_alone([long])
 
 
+@pytest.mark.step4
+def test_a_running_prompt_gets_the_budget_the_decodes_leave():
+    engine = Engine(max_num_seqs=4, max_num_batched_tokens=8, max_model_len=64)
+    requests = [req("a", 3, max_tokens=12), req("b", 3, max_tokens=12), req("long", 20)]
+    outputs = engine.run(requests)
+    assert [rows(o) for o in outputs[:4]] == [
+        [("a", 0, 3), ("b", 0, 3), ("long", 0, 2)],
+        [("a", 3, 1), ("b", 3, 1), ("long", 2, 6)],
+        [("a", 4, 1), ("b", 4, 1), ("long", 8, 6)],
+        [("a", 5, 1), ("b", 5, 1), ("long", 14, 6)],
+    ]
+    assert outputs[3].scheduled[2].samples_token
+    engine.assert_all_done_as_if_alone(requests)
+
+
+@pytest.mark.step4
+def test_budget_and_max_num_seqs_are_met_exactly_when_requests_queue_up():
+    engine = Engine(max_num_seqs=3, max_num_batched_tokens=10, max_model_len=64)
+    requests = [req(i, 3 + 2 * i, max_tokens=5, offset=i) for i in range(8)]
+    outputs = engine.run(requests)
+    assert max(o.num_reqs for o in outputs) == 3
+    assert max(o.total_num_tokens for o in outputs) == 10
+    engine.assert_all_done_as_if_alone(requests)
+
+
+@pytest.mark.step4
 def test_without_chunked_prefill_a_prompt_waits_for_a_step_with_room():
     engine = Engine(
         max_num_seqs=4, max_num_batched_tokens=32, max_model_len=32, enable_chunked_prefill=False
@@ -163,17 +491,7 @@ def test_without_chunked_prefill_a_prompt_waits_for_a_step_with_room():
     engine.assert_all_done_as_if_alone(requests)
 
 
-def test_schedule_twice_without_update_is_an_error():
-    engine = Engine(max_num_batched_tokens=16, max_model_len=64)
-    engine.sched.add_request(req("a", 3))
-    engine.sched.schedule()
-    with pytest.raises(RuntimeError):
-        engine.sched.schedule()
-
-
-# -- step 3: finishing ---------------------------------------------------------------
-
-
+@pytest.mark.step4
 def test_stops_at_eos_unless_ignore_eos():
     prompt = next(p for p in ([i, i + 1] for i in range(1, 500)) if next_token(p) == EOS)
     engine = Engine(max_num_batched_tokens=16, max_model_len=64)
@@ -185,17 +503,72 @@ def test_stops_at_eos_unless_ignore_eos():
     engine.assert_all_done_as_if_alone([stops, goes_on])
 
 
-def test_max_model_len_caps_prompt_plus_output():
-    engine = Engine(max_num_batched_tokens=16, max_model_len=12)
-    seq = req("a", 9, max_tokens=100)
-    engine.run([seq])
-    assert seq.num_tokens == 12 and seq.finish_reason is FinishReason.LENGTH
-    engine.assert_all_done_as_if_alone([seq])
+@pytest.mark.step4
+def test_prefix_cached_tokens_are_not_computed_again():
+    engine = Engine(
+        num_blocks=32, block_size=4, caching=True, max_num_batched_tokens=32, max_model_len=64
+    )
+    shared = [(3 * i + 1) % VOCAB for i in range(10)]
+    first = Sequence("first", shared + [2], SamplingParams(max_tokens=4, ignore_eos=True))
+    second = Sequence("second", shared + [5, 6], SamplingParams(max_tokens=4, ignore_eos=True))
+    outputs = engine.run([first, second], arrivals=[0, 2])
+    row = next(r for o in outputs for r in o.scheduled if r.seq_id == "second")
+    assert (row.num_computed_tokens, row.num_new_tokens) == (8, 4)
+    engine.assert_all_done_as_if_alone([first, second])
 
 
-# -- step 4: preemption -------------------------------------------------------------
+@st.composite
+def workloads(draw, roomy):
+    """(engine settings, requests, arrivals): random prompts, limits and arrivals.
+    Prompts come from a 3-token alphabet so that prefixes repeat (prefix caching hits)."""
+    block_size = draw(st.sampled_from([2, 4]))
+    max_num_seqs = draw(st.integers(1 if roomy else 2, 4))
+    max_model_len = draw(st.integers(6, 40))
+    chunked = draw(st.booleans())
+    budget = draw(st.integers(max_num_seqs, 24))
+    if not chunked:
+        budget = max(budget, max_model_len)
+    # A small cache holds a few prompts at most: requests grow into each other's blocks.
+    small_cache = None if roomy else draw(st.integers(4, 10))
+    longest = max_model_len + 2 if roomy else min(max_model_len + 2, small_cache * block_size // 2)
+    requests, arrivals = [], []
+    for i in range(draw(st.integers(1 if roomy else 2, 6))):
+        prompt = draw(st.lists(st.integers(1, 3), min_size=1, max_size=longest))
+        params = SamplingParams(max_tokens=draw(st.integers(1, 12)), ignore_eos=draw(st.booleans()))
+        requests.append(Sequence(i, prompt, params))
+        arrivals.append(draw(st.integers(0, 4 if roomy else 2)))
+    # Roomy: blocks for every request at its longest, all at once, so nobody is preempted.
+    num_blocks = small_cache or sum(
+        blocks_for(min(s.num_prompt_tokens + s.sampling_params.max_tokens, longest), block_size)
+        for s in requests
+    )
+    settings_ = dict(
+        num_blocks=num_blocks,
+        block_size=block_size,
+        caching=draw(st.booleans()),
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=budget,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=chunked,
+    )
+    return settings_, requests, arrivals
 
 
+@pytest.mark.step4
+@PROPERTY
+@given(workloads(roomy=True))
+def test_any_workload_with_room_ends_as_if_each_request_ran_alone(workload):
+    settings_, requests, arrivals = workload
+    engine = Engine(**settings_)
+    outputs = engine.run(requests, arrivals)  # every step's invariants are checked
+    assert not any(o.preempted_ids for o in outputs)
+    engine.assert_all_done_as_if_alone(requests)
+
+
+# -- step 5: preemption --------------------------------------------------------------
+
+
+@pytest.mark.step5
 def test_preemption_under_a_small_cache_keeps_every_output_exact():
     engine = Engine(
         num_blocks=10, block_size=4, max_num_seqs=4, max_num_batched_tokens=32, max_model_len=64
@@ -207,6 +580,7 @@ def test_preemption_under_a_small_cache_keeps_every_output_exact():
     engine.assert_all_done_as_if_alone(requests)
 
 
+@pytest.mark.step5
 def test_victim_is_the_latest_admitted_and_returns_first_to_recompute_everything():
     engine = Engine(
         num_blocks=4, block_size=4, max_num_seqs=2, max_num_batched_tokens=32, max_model_len=64
@@ -223,6 +597,23 @@ def test_victim_is_the_latest_admitted_and_returns_first_to_recompute_everything
     engine.assert_all_done_as_if_alone([a, b, c])
 
 
+@pytest.mark.step5
+def test_a_request_that_must_preempt_itself_ends_the_running_loop():
+    engine = Engine(
+        num_blocks=3, block_size=4, max_num_seqs=2, max_num_batched_tokens=32, max_model_len=64
+    )
+    a, b = req("a", 6, max_tokens=3), req("b", 4, max_tokens=6)
+    engine.add(a, b)
+    engine.step()  # a: 2 blocks, b: 1 block (full), the cache is full
+    out = engine.schedule()  # a decodes in its second block; b needs a fresh one
+    assert out.preempted_ids == ("b",) and rows(out) == [("a", 6, 1)]
+    assert b.status is SequenceStatus.WAITING and b.num_preemptions == 1
+    engine.update(out)
+    engine.run([])
+    engine.assert_all_done_as_if_alone([a, b])
+
+
+@pytest.mark.step5
 def test_nobody_is_admitted_in_a_step_that_preempted():
     engine = Engine(
         num_blocks=7,
@@ -239,44 +630,43 @@ def test_nobody_is_admitted_in_a_step_that_preempted():
     engine.assert_all_done_as_if_alone(requests)
 
 
-def test_prefix_cached_tokens_are_not_computed_again():
+@pytest.mark.step5
+def test_a_request_preempted_in_a_step_is_not_scheduled_again_in_it():
     engine = Engine(
-        num_blocks=32, block_size=4, caching=True, max_num_batched_tokens=32, max_model_len=64
+        num_blocks=2, block_size=4, max_num_seqs=3, max_num_batched_tokens=5, max_model_len=64
     )
-    shared = [(3 * i + 1) % VOCAB for i in range(10)]
-    first = Sequence("first", shared + [2], SamplingParams(max_tokens=4, ignore_eos=True))
-    second = Sequence("second", shared + [5, 6], SamplingParams(max_tokens=4, ignore_eos=True))
-    outputs = engine.run([first, second], arrivals=[0, 2])
-    row = next(r for o in outputs for r in o.scheduled if r.seq_id == "second")
-    assert (row.num_computed_tokens, row.num_new_tokens) == (8, 4)
-    engine.assert_all_done_as_if_alone([first, second])
+    a, b = req("a", 3, max_tokens=5), req("b", 6, max_tokens=2)
+    engine.add(a, b)
+    out = engine.schedule()
+    assert rows(out) == [("a", 0, 3), ("b", 0, 2)]  # one block each: the cache is full
+    engine.update(out)
+    # a decodes inside its block. b's next chunk (positions 2-5) needs a second block, and
+    # none is free: b preempts itself. Its freed block and the 4 tokens of budget left
+    # would take a fresh 4-token chunk of b, but a step that preempted admits nobody.
+    out = engine.schedule()
+    assert out.preempted_ids == ("b",) and rows(out) == [("a", 3, 1)]
+    assert engine.sched.get_request_counts() == (1, 1)
+    engine.update(out)
+    engine.run([])
+    engine.assert_all_done_as_if_alone([a, b])
 
 
-# -- step 5: requests that can never run --------------------------------------------
-
-
-def test_prompt_longer_than_max_model_len_fails_alone_with_a_clear_error():
-    engine = Engine(max_num_batched_tokens=16, max_model_len=16)
-    requests = [req("ok1", 5), req("too_long", 17), req("ok2", 7)]
-    outputs = engine.run(requests)
-    bad = requests[1]
-    assert bad.finish_reason is FinishReason.ERROR and "max_model_len" in bad.error
-    assert outputs[0].failed == (bad,)
-    engine.assert_all_done_as_if_alone(requests)
-
-
-def test_prompt_bigger_than_the_whole_cache_fails_alone_with_a_clear_error():
-    engine = Engine(num_blocks=4, block_size=4, max_num_batched_tokens=16, max_model_len=128)
-    requests = [req("big", 17), req("ok", 5, max_tokens=3)]
-    engine.run(requests)
-    assert requests[0].finish_reason is FinishReason.ERROR and "block" in requests[0].error
-    engine.assert_all_done_as_if_alone(requests)
-
-
+@pytest.mark.step5
 def test_request_that_outgrows_the_cache_fails_and_keeps_its_tokens():
     engine = Engine(num_blocks=2, block_size=4, max_num_batched_tokens=16, max_model_len=128)
     grower, short = req("grower", 6, max_tokens=20), req("short", 2, max_tokens=1)
     engine.run([grower, short])
     assert grower.finish_reason is FinishReason.ERROR and grower.num_output_tokens == 3
-    assert grower.status is SequenceStatus.FINISHED
+    assert grower.status is SequenceStatus.FINISHED and "block" in grower.error
     engine.assert_all_done_as_if_alone([grower, short])
+
+
+@pytest.mark.step5
+@settings(PROPERTY, max_examples=150)
+@given(workloads(roomy=False))
+def test_any_workload_on_a_small_cache_ends_as_if_each_request_ran_alone(workload):
+    settings_, requests, arrivals = workload
+    engine = Engine(**settings_)
+    outputs = engine.run(requests, arrivals)  # every step's invariants are checked
+    assert sum(len(o.preempted_ids) for o in outputs) == engine.sched.num_preemptions
+    engine.assert_all_done_as_if_alone(requests)

@@ -55,6 +55,7 @@ def expected_slots(out):
 # -- query_start_loc -----------------------------------------------------------------
 
 
+@pytest.mark.step1
 def test_query_start_loc_is_the_running_sum_of_query_lengths():
     inputs = impl.ModelInputs(
         input_ids=[5, 6, 7, 8, 9, 10],
@@ -68,11 +69,29 @@ def test_query_start_loc_is_the_running_sum_of_query_lengths():
         uniform_decode=False,
     )
     assert inputs.query_start_loc == [0, 1, 4, 6]
+    assert inputs.query_lens == [1, 3, 2], "reading query_start_loc changed the inputs"
+
+
+@pytest.mark.step1
+def test_query_start_loc_of_no_rows_is_a_single_zero():
+    inputs = impl.ModelInputs(
+        input_ids=[],
+        positions=[],
+        slot_mapping=[],
+        query_lens=[],
+        seq_lens=[],
+        block_tables=[],
+        logits_indices=[],
+        sampling_rows=[],
+        uniform_decode=False,
+    )
+    assert inputs.query_start_loc == [0]
 
 
 # -- flattening ----------------------------------------------------------------------
 
 
+@pytest.mark.step2
 def test_prefill_batch_lays_the_prompts_end_to_end():
     sched = make_scheduler(max_num_seqs=4, max_num_batched_tokens=32)
     a, b = request("a", [10, 11, 12, 13, 14]), request("b", [20, 21, 22])
@@ -88,6 +107,7 @@ def test_prefill_batch_lays_the_prompts_end_to_end():
     assert inputs.num_tokens == 8 and inputs.num_reqs == 2 and inputs.num_real_tokens == -1
 
 
+@pytest.mark.step2
 def test_mixed_batch_has_the_decode_rows_first_then_the_new_prompt():
     sched = make_scheduler(max_num_seqs=4, max_num_batched_tokens=32)
     sched.add_request(request("a", [10, 11, 12, 13, 14]))
@@ -104,6 +124,7 @@ def test_mixed_batch_has_the_decode_rows_first_then_the_new_prompt():
     assert inputs.uniform_decode is False
 
 
+@pytest.mark.step2
 def test_slot_mapping_is_block_id_times_block_size_plus_offset():
     # An empty cache hands out blocks 0, 1, 2, ... in order: a (5 tokens) gets
     # blocks [0, 1], b (3 tokens) gets [2].
@@ -115,6 +136,7 @@ def test_slot_mapping_is_block_id_times_block_size_plus_offset():
     assert impl.prepare_inputs(out).slot_mapping == [0, 1, 2, 3, 4, 8, 9, 10]
 
 
+@pytest.mark.step2
 def test_slot_mapping_follows_every_rows_block_table_across_block_boundaries():
     # Block size 4: decoding crosses block boundaries, the 4-token budget chunks
     # prompts, and 7 blocks force preemptions. Every step's slots must match the
@@ -137,6 +159,7 @@ def test_slot_mapping_follows_every_rows_block_table_across_block_boundaries():
     assert sched.num_preemptions > 0
 
 
+@pytest.mark.step2
 def test_chunked_prompt_samples_only_in_its_last_chunk():
     sched = make_scheduler(max_num_seqs=4, max_num_batched_tokens=8)
     sched.add_request(request("a", [1, 2, 3]))
@@ -157,6 +180,7 @@ def test_chunked_prompt_samples_only_in_its_last_chunk():
     assert second.logits_indices == [0, 3] and second.sampling_rows == [0, 1]
 
 
+@pytest.mark.step2
 def test_uniform_flag_is_set_only_when_every_row_decodes_one_token():
     sched = make_scheduler(max_num_seqs=4, max_num_batched_tokens=32)
     sched.add_request(request("a", [1, 2, 3, 4], max_tokens=4))
@@ -172,6 +196,7 @@ def test_uniform_flag_is_set_only_when_every_row_decodes_one_token():
     assert flags == [False, True, False, True]
 
 
+@pytest.mark.step2
 def test_a_one_token_prompt_is_a_prefill_not_a_uniform_decode():
     sched = make_scheduler(max_num_seqs=4, max_num_batched_tokens=32)
     sched.add_request(request("a", [1, 2, 3, 4]))
@@ -182,6 +207,7 @@ def test_a_one_token_prompt_is_a_prefill_not_a_uniform_decode():
     assert inputs.uniform_decode is False
 
 
+@pytest.mark.step2
 def test_empty_batch_gives_empty_inputs():
     inputs = impl.prepare_inputs(
         make_scheduler(max_num_seqs=2, max_num_batched_tokens=8).schedule()
@@ -191,6 +217,7 @@ def test_empty_batch_gives_empty_inputs():
     assert inputs.uniform_decode is False
 
 
+@pytest.mark.step2
 def test_inputs_come_from_the_scheduled_snapshot_not_the_live_request():
     # `a` finishes in this very step (max_tokens=1): applying the step frees its blocks
     # and moves its counters on. The batch that was scheduled must not change.
@@ -229,6 +256,7 @@ def mixed_batch():
     return impl.prepare_inputs(sched.schedule())
 
 
+@pytest.mark.step3
 def test_padding_a_uniform_decode_batch_adds_rows_that_write_and_read_nothing():
     inputs = decode_batch()
     padded = impl.pad_inputs(inputs, 4)
@@ -244,6 +272,7 @@ def test_padding_a_uniform_decode_batch_adds_rows_that_write_and_read_nothing():
     assert padded.uniform_decode is True
 
 
+@pytest.mark.step3
 def test_padding_a_mixed_batch_pads_tokens_only():
     inputs = mixed_batch()
     padded = impl.pad_inputs(inputs, 8)
@@ -260,6 +289,7 @@ def test_padding_a_mixed_batch_pads_tokens_only():
     assert padded.uniform_decode is False
 
 
+@pytest.mark.step3
 @pytest.mark.parametrize("batch", [decode_batch, mixed_batch], ids=["uniform", "mixed"])
 def test_padded_tokens_are_never_sampled(batch):
     inputs = batch()
@@ -269,6 +299,7 @@ def test_padded_tokens_are_never_sampled(batch):
     assert all(i < padded.num_real_tokens for i in padded.logits_indices)
 
 
+@pytest.mark.step3
 def test_padding_to_the_batch_own_size_changes_nothing_but_records_the_real_count():
     inputs = mixed_batch()
     padded = impl.pad_inputs(inputs, inputs.num_tokens)
@@ -277,11 +308,13 @@ def test_padding_to_the_batch_own_size_changes_nothing_but_records_the_real_coun
     assert padded.query_lens == inputs.query_lens
 
 
+@pytest.mark.step3
 def test_padding_below_the_batch_size_is_an_error():
     with pytest.raises(ValueError):
         impl.pad_inputs(mixed_batch(), 3)
 
 
+@pytest.mark.step3
 @pytest.mark.parametrize("batch", [decode_batch, mixed_batch], ids=["uniform", "mixed"])
 def test_padding_returns_new_inputs_and_leaves_the_original_alone(batch):
     inputs = batch()
@@ -348,6 +381,7 @@ class FakeModel:
         return contexts, sampled
 
 
+@pytest.mark.step3
 def test_a_whole_padded_run_through_the_scheduler_keeps_every_kv_cache_intact():
     num_blocks = 12
     sched = make_scheduler(num_blocks=num_blocks, max_num_seqs=4, max_num_batched_tokens=10)

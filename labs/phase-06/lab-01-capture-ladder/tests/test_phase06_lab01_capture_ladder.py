@@ -31,6 +31,7 @@ def step(tokens, uniform=True, prefill=0, mode="NONE", padded=None):
 # --- the trace and the score ---------------------------------------------------------
 
 
+@pytest.mark.step1
 def test_trace_keeps_only_uniform_decode_steps_in_order():
     stats = EngineStats(
         steps=[
@@ -44,6 +45,21 @@ def test_trace_keeps_only_uniform_decode_steps_in_order():
     assert impl.trace_from_stats(stats) == [3, 5, 1]
 
 
+@pytest.mark.step1
+def test_trace_holds_each_steps_real_size_not_the_rung_it_ran_at():
+    # Recorded under a ladder 1, 4, 8: the 3 ran at 4, the 5 at 8, the 9 eagerly.
+    stats = EngineStats(
+        steps=[
+            step(3, mode="FULL", padded=4),
+            step(5, mode="FULL", padded=8),
+            step(9),
+            step(1, mode="FULL"),
+        ]
+    )
+    assert impl.trace_from_stats(stats) == [3, 5, 9, 1]
+
+
+@pytest.mark.step2
 def test_rung_lookup_pads_each_step_up_to_the_next_rung():
     score = impl.evaluate_ladder([3, 4, 5, 8, 1], [8, 4])
     assert score.ladder == (4, 8)
@@ -52,6 +68,7 @@ def test_rung_lookup_pads_each_step_up_to_the_next_rung():
     assert score.real_tokens == 21
 
 
+@pytest.mark.step2
 def test_steps_above_the_top_rung_are_misses_that_add_no_padding():
     score = impl.evaluate_ladder({2: 6, 16: 3, 17: 1}, [4, 16])
     assert score.decode_steps == 10 and score.graph_steps == 9
@@ -60,6 +77,7 @@ def test_steps_above_the_top_rung_are_misses_that_add_no_padding():
     assert score.padding_waste == pytest.approx(12 / (12 + 48 + 17))
 
 
+@pytest.mark.step3
 def test_engine_accounting_pads_and_routes_like_the_dispatcher():
     stats = impl.score_with_engine([3, 8, 9, 20], [4, 8, 16], max_num_seqs=16)
     assert [s.num_padded_tokens for s in stats.steps] == [4, 8, 16, 20]
@@ -68,6 +86,18 @@ def test_engine_accounting_pads_and_routes_like_the_dispatcher():
     assert [s.num_tokens for s in stats.steps] == [3, 8, 9, 20]
 
 
+@pytest.mark.step3
+def test_engine_accounting_without_max_num_seqs_gives_every_rung_a_full_graph():
+    # Left out, max_num_seqs covers the trace and the ladder: a batch of 3 pads to 4
+    # and replays the FULL graph for 4 decode rows, even above the largest batch seen.
+    stats = impl.score_with_engine([3, 3], [4, 8])
+    assert [(s.runtime_mode, s.num_padded_tokens) for s in stats.steps] == [
+        ("FULL", 4),
+        ("FULL", 4),
+    ]
+
+
+@pytest.mark.step3
 def test_engine_accounting_uses_piecewise_when_only_piecewise_is_captured():
     stats = impl.score_with_engine([3, 30], [4, 8], cudagraph_mode="PIECEWISE")
     assert [(s.runtime_mode, s.num_padded_tokens) for s in stats.steps] == [
@@ -76,6 +106,7 @@ def test_engine_accounting_uses_piecewise_when_only_piecewise_is_captured():
     ]
 
 
+@pytest.mark.step3
 @pytest.mark.parametrize(
     "ladder", [[1, 2, 4, 8, 16, 32], [4, 12, 20], [23], [1, 2, 3, 5, 8, 13, 21]]
 )
@@ -89,12 +120,14 @@ def test_hit_rate_and_waste_equal_the_engine_stats_on_the_recorded_trace(ladder)
 # --- choosing ------------------------------------------------------------------------
 
 
+@pytest.mark.step4
 @pytest.mark.parametrize("max_graphs", [1, 4, 6, 8])
 def test_chosen_ladder_reaches_92_percent_on_the_recorded_trace(max_graphs):
     ladder = impl.choose_ladder(TRACE, max_graphs)
     assert impl.evaluate_ladder(TRACE, ladder).hit_rate >= 0.92
 
 
+@pytest.mark.step4
 @pytest.mark.parametrize("max_graphs", range(1, 13))
 def test_chosen_ladder_never_exceeds_the_graph_bound(max_graphs):
     ladder = impl.choose_ladder(TRACE, max_graphs)
@@ -102,10 +135,12 @@ def test_chosen_ladder_never_exceeds_the_graph_bound(max_graphs):
     assert ladder == sorted(set(ladder))
 
 
+@pytest.mark.step4
 def test_every_rung_is_a_batch_size_the_trace_holds():
     assert set(impl.choose_ladder(TRACE, 8)) <= set(TRACE)
 
 
+@pytest.mark.step4
 def test_chosen_ladder_pads_less_than_powers_of_two_with_the_same_count():
     naive = impl.powers_of_two_ladder(6)  # 1..32: the smallest such ladder that reaches 92% here
     assert impl.evaluate_ladder(TRACE, naive).hit_rate >= 0.92
@@ -116,6 +151,7 @@ def test_chosen_ladder_pads_less_than_powers_of_two_with_the_same_count():
     )
 
 
+@pytest.mark.step4
 def test_more_graphs_never_pad_more():
     wastes = [
         impl.evaluate_ladder(TRACE, impl.choose_ladder(TRACE, n)).padding_waste
@@ -125,45 +161,96 @@ def test_more_graphs_never_pad_more():
     assert wastes[-1] < wastes[0]
 
 
-def test_chosen_ladder_is_optimal_on_a_small_trace():
-    trace = {1: 5, 2: 9, 3: 2, 5: 7, 6: 1, 9: 4, 12: 6, 15: 1, 20: 1}
+SMALL_TRACES = {
+    "chat": ({1: 5, 2: 9, 3: 2, 5: 7, 6: 1, 9: 4, 12: 6, 15: 1, 20: 1}, 0.9),
+    # Greedy ("add the rung that saves most now") picks 8 first and ends at 41 padded
+    # tokens with 3 graphs; the best 3-rung ladder pads 35.
+    "greedy trap": ({2: 3, 3: 3, 8: 3, 16: 9, 18: 4, 20: 5}, 1.0),
+}
+
+
+@pytest.mark.step4
+@pytest.mark.parametrize("name", SMALL_TRACES)
+def test_chosen_ladder_is_optimal_on_a_small_trace(name):
+    trace, rate = SMALL_TRACES[name]
     total = sum(trace.values())
     for max_graphs in (1, 2, 3, 4):
         chosen = impl.evaluate_ladder(
-            trace, impl.choose_ladder(trace, max_graphs, min_hit_rate=0.9)
+            trace, impl.choose_ladder(trace, max_graphs, min_hit_rate=rate)
         )
         best = min(
             impl.evaluate_ladder(trace, rungs).padding_tokens
             for n in range(1, max_graphs + 1)
             for rungs in itertools.combinations(sorted(trace), n)
-            if sum(c for s, c in trace.items() if s <= max(rungs)) >= 0.9 * total
+            if sum(c for s, c in trace.items() if s <= max(rungs)) >= rate * total
         )
-        assert chosen.hit_rate >= 0.9
+        assert chosen.hit_rate >= rate
         assert chosen.padding_tokens == best, (
             f"{max_graphs} graphs: {chosen.ladder} is not the least padding"
         )
 
 
+def smallest_top(trace, percent):
+    """The smallest size whose cumulative steps reach `percent`% of all: integers only."""
+    counts = {s: trace.count(s) for s in set(trace)} if isinstance(trace, list) else trace
+    total, covered = sum(counts.values()), 0
+    for size in sorted(counts):
+        covered += counts[size]
+        if covered * 100 >= percent * total:
+            return size
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.step4
+@pytest.mark.parametrize("percent", [50, 80, 92, 99, 100])
+def test_top_rung_is_the_smallest_size_that_reaches_the_hit_rate(percent):
+    for max_graphs in (1, 6):
+        ladder = impl.choose_ladder(TRACE, max_graphs, min_hit_rate=percent / 100)
+        assert ladder[-1] == smallest_top(TRACE, percent), f"{max_graphs} graphs: {ladder}"
+
+
+@pytest.mark.step4
+def test_a_trace_that_reaches_the_hit_rate_exactly_stops_there():
+    # 3 of 4 steps are size 1: a ladder [1] reaches 75% exactly. A rung at 5 on top
+    # would pad nothing more, but it is a graph more for no gain.
+    assert impl.choose_ladder({1: 3, 5: 1}, 2, min_hit_rate=0.75) == [1]
+    # 23 of 25 steps at or below 2: exactly 92%, the default target.
+    assert impl.choose_ladder({1: 20, 2: 3, 9: 2}, 3) == [1, 2]
+
+
+@pytest.mark.step4
 def test_a_full_hit_rate_puts_the_top_rung_on_the_largest_batch():
     assert impl.choose_ladder(TRACE, 5, min_hit_rate=1.0)[-1] == max(TRACE)
 
 
+@pytest.mark.step4
 def test_as_many_graphs_as_sizes_means_no_padding():
     trace = [3, 3, 7, 10, 10, 10]
     assert impl.choose_ladder(trace, 3, min_hit_rate=1.0) == [3, 7, 10]
 
 
+@pytest.mark.step4
 def test_infeasible_request_raises_a_clear_error():
     with pytest.raises(ValueError, match="hit rate"):
         impl.choose_ladder(TRACE, 8, min_hit_rate=0.92, max_capture_size=8)
 
 
+@pytest.mark.step4
+def test_a_top_rung_equal_to_the_capture_size_bound_is_allowed():
+    top = smallest_top(TRACE, 92)
+    assert impl.choose_ladder(TRACE, 6, max_capture_size=top)[-1] == top
+    with pytest.raises(ValueError, match="hit rate"):
+        impl.choose_ladder(TRACE, 6, max_capture_size=top - 1)
+
+
+@pytest.mark.step4
 @pytest.mark.parametrize("kwargs", [{"max_graphs": 0}, {"max_graphs": 4, "min_hit_rate": 1.5}])
 def test_bad_bounds_are_errors(kwargs):
     with pytest.raises(ValueError):
         impl.choose_ladder(TRACE, **kwargs)
 
 
+@pytest.mark.step4
 def test_empty_trace_is_an_error():
     with pytest.raises(ValueError):
         impl.choose_ladder([], 4)
@@ -172,6 +259,7 @@ def test_empty_trace_is_an_error():
 # --- the real engine -----------------------------------------------------------------
 
 
+@pytest.mark.step4
 def test_the_real_engine_replays_the_chosen_ladder_at_92_percent():
     from mini_vllm.bench.ladder import make_workload, run_workload
     from mini_vllm.llm import LLM
