@@ -30,8 +30,7 @@ serve-book: setup ## serve the site at http://localhost:3000 with live reload
 	.venv/bin/mdbook serve book
 
 figures: setup   ## redraw the book's figures (book/src/figures/*.png) from the code
-	$(VENV_PY) scripts/figures/phase05.py
-	$(VENV_PY) scripts/figures/phase06.py
+	for script in scripts/figures/phase*.py; do $(VENV_PY) $$script || exit 1; done
 
 clean:
 	rm -rf book/build .pytest_cache

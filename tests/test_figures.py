@@ -24,9 +24,17 @@ def _load_script(name: str):
 
 
 figurekit = _load_script("figurekit")
-phase05 = _load_script("phase05")
-phase06 = _load_script("phase06")
-ALL_FIGURES = {**phase05.FIGURES, **phase06.FIGURES}
+# One script a phase (scripts/figures/phaseNN.py), each with a FIGURES dict {png name: draw}.
+PHASE_SCRIPTS = {p.stem: _load_script(p.stem) for p in sorted(FIGURE_SCRIPTS.glob("phase*.py"))}
+phase05 = PHASE_SCRIPTS["phase05"]
+ALL_FIGURES = {
+    name: draw for module in PHASE_SCRIPTS.values() for name, draw in module.FIGURES.items()
+}
+
+
+def test_every_phase_has_a_figure_script():
+    expected = {f"phase{n:02d}" for n in range(7)}
+    assert expected <= set(PHASE_SCRIPTS), f"no figure script for {expected - set(PHASE_SCRIPTS)}"
 
 
 @pytest.mark.parametrize("name", sorted(ALL_FIGURES))
