@@ -34,3 +34,7 @@ figures: setup   ## redraw the book's figures (book/src/figures/*.png) from the 
 
 clean:
 	rm -rf book/build .pytest_cache
+
+.PHONY: browser-check
+browser-check: setup ## the site in headless Chromium (apt-get install -y chromium): no page wider than its column; screenshots in book/build/screenshots/
+	MINI_VLLM_REQUIRE_BROWSER=1 $(VENV_PY) -m pytest -q tests/test_site_browser.py
