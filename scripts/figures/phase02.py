@@ -53,13 +53,15 @@ def mixed_load(seed: int = 0, n: int = NUM_REQUESTS) -> list[tuple[list[int], in
 
 
 class CacheRun(NamedTuple):
-    """Per step of one run: requests in the batch, token slots held by blocks, slots holding K/V."""
+    """Per step of one run: requests in the batch, token slots held by blocks, slots holding K/V;
+    and over the run, the preemptions and the prompt tokens computed (recomputes included)."""
 
     block_size: int
     running: list[int]
     held_slots: list[int]
     used_slots: list[int]
     num_preemptions: int
+    prefill_tokens: int
 
     @property
     def num_steps(self) -> int:
@@ -84,6 +86,7 @@ def run_cache(block_size: int, seed: int = 0) -> CacheRun:
             Request(i, prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
         )
     running, held, used = [], [], []
+    prefill_tokens = 0
     while scheduler.has_unfinished_requests():
         output = scheduler.schedule()
         # What the step's forward sees: the blocks held, and the tokens whose K/V is in
@@ -91,9 +94,10 @@ def run_cache(block_size: int, seed: int = 0) -> CacheRun:
         running.append(output.num_reqs)
         held.append(blocks.num_used_blocks * block_size)
         used.append(sum(row.context_len for row in output.scheduled))
+        prefill_tokens += sum(row.num_new_tokens for row in output.scheduled if row.is_prefill)
         sampled = [7 if row.samples_token else None for row in output.scheduled]
         scheduler.update_from_output(output, sampled)
-    return CacheRun(block_size, running, held, used, scheduler.num_preemptions)
+    return CacheRun(block_size, running, held, used, scheduler.num_preemptions, prefill_tokens)
 
 
 @styled
@@ -122,8 +126,8 @@ def kv_reserved_vs_paged_figure() -> Figure:
             run.running,
             color=color,
             lw=1.2,
-            label=f"{name}: at most {max(run.running)} at once, "
-            f"done in {run.num_steps} steps{preempted}",
+            label=f"{name}: at most {max(run.running)} at once, done in {run.num_steps} "
+            f"steps{preempted},\n    {run.prefill_tokens:,} prompt tokens computed",
         )
     mib = CACHE_SLOTS * BYTES_PER_TOKEN_SMOLLM2_BF16 / 2**20
     top.axhline(CACHE_SLOTS / 1000, color="#7f8c8d", lw=0.8, ls=":")
