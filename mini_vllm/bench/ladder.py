@@ -14,7 +14,7 @@ padded token counts and the runtime mode (vllm/compilation/cuda_graph.py,
 2. score a ladder on it (`evaluate_ladder`) and check the score with the engine's own
    dispatcher and `EngineStats` (`score_with_engine`);
 3. choose the ladder with the least padding that keeps the decode graph hit rate above
-   a target with at most N graphs (`choose_ladder`).
+   a threshold with at most N graphs (`choose_ladder`).
 
     .venv/bin/python -m mini_vllm.bench.ladder \
         --out labs/phase-06/lab-01-capture-ladder/data/trace.json
@@ -58,7 +58,7 @@ __all__ = [
     "tradeoff",
 ]
 
-DEFAULT_MIN_HIT_RATE = 0.92  # the production target for decode_graph_hit_rate (alert below 0.85)
+DEFAULT_MIN_HIT_RATE = 0.92  # a case study's hit-rate threshold (it alerts below 0.85)
 
 
 # --- 1. The trace ------------------------------------------------------------------
@@ -226,7 +226,7 @@ def choose_ladder(
         raise UserError("the trace holds no decode steps: record a run first")
     sizes = sorted(counts)
     total = sum(counts.values())
-    # The top rung: the first size whose cumulative share of steps reaches the target.
+    # The top rung: the first size whose cumulative share of steps reaches the threshold.
     covered, top = 0, len(sizes) - 1
     for i, size in enumerate(sizes):
         covered += counts[size]

@@ -19,7 +19,7 @@ from mini_vllm.engine.cudagraph_dispatcher import CudagraphDispatcher  # noqa: F
 from mini_vllm.engine.stats import EngineStats, StepRecord  # noqa: F401
 from mini_vllm.errors import UserError  # a ValueError whose message says what to do
 
-DEFAULT_MIN_HIT_RATE = 0.92  # the production target for decode_graph_hit_rate (alert below 0.85)
+DEFAULT_MIN_HIT_RATE = 0.92  # a case study's hit-rate threshold (it alerts below 0.85)
 
 
 def trace_from_stats(stats: EngineStats) -> list[int]:
@@ -133,7 +133,7 @@ def choose_ladder(
     Also guaranteed:
     - every rung is a batch size the trace holds;
     - the top rung is the smallest size of the trace whose steps at or below it are at
-      least `min_hit_rate` of all steps (reaching the target exactly counts);
+      least `min_hit_rate` of all steps (reaching the threshold exactly counts);
     - among ladders with the least padding, one with the fewest rungs.
     Errors (ValueError): max_graphs < 1; min_hit_rate outside [0, 1]; an empty trace;
     a top rung above `max_capture_size` (the message names the hit rate asked for and

@@ -214,7 +214,7 @@ def test_a_trace_that_reaches_the_hit_rate_exactly_stops_there():
     # 3 of 4 steps are size 1: a ladder [1] reaches 75% exactly. A rung at 5 on top
     # would pad nothing more, but it is a graph more for no gain.
     assert impl.choose_ladder({1: 3, 5: 1}, 2, min_hit_rate=0.75) == [1]
-    # 23 of 25 steps at or below 2: exactly 92%, the default target.
+    # 23 of 25 steps at or below 2: exactly 92%, the default threshold.
     assert impl.choose_ladder({1: 20, 2: 3, 9: 2}, 3) == [1, 2]
 
 
