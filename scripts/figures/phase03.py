@@ -41,13 +41,15 @@ _SMALL_COLOR = "#c0392b"
 
 
 class QueueTrace(NamedTuple):
-    """Per step: requests running and waiting once the step is planned, and preemptions."""
+    """Per step: requests running and waiting once the step is planned, preemptions, whether
+    the step is uniform decode; over the run, the prompt tokens computed (recomputes included)."""
 
     num_blocks: int
     running: list[int]
     waiting: list[int]
     preempted: list[int]
     uniform_decode: list[bool]
+    prefill_tokens: int
 
     @property
     def num_steps(self) -> int:
@@ -64,6 +66,7 @@ def trace_load(num_blocks: int, seed: int = 0) -> QueueTrace:
         params = SamplingParams(max_tokens=rng.randint(8, 128), ignore_eos=True)
         scheduler.add_request(Request(i, prompt, params))
     running, waiting, preempted, uniform = [], [], [], []
+    prefill_tokens = 0
     while scheduler.has_unfinished_requests():
         output = scheduler.schedule()
         r, w = scheduler.get_request_counts()
@@ -71,9 +74,10 @@ def trace_load(num_blocks: int, seed: int = 0) -> QueueTrace:
         waiting.append(w)
         preempted.append(len(output.preempted_ids))
         uniform.append(output.is_uniform_decode)
+        prefill_tokens += sum(row.num_new_tokens for row in output.scheduled if row.is_prefill)
         sampled = [7 if row.samples_token else None for row in output.scheduled]
         scheduler.update_from_output(output, sampled)
-    return QueueTrace(num_blocks, running, waiting, preempted, uniform)
+    return QueueTrace(num_blocks, running, waiting, preempted, uniform, prefill_tokens)
 
 
 @styled
@@ -102,7 +106,8 @@ def scheduler_timeline_figure() -> Figure:
             where="post",
             color=color,
             lw=1.3,
-            label=f"{cache}: {sum(trace.preempted)} preemptions",
+            label=f"{cache}: {sum(trace.preempted)} preemptions, "
+            f"{trace.prefill_tokens:,} prompt tokens computed",
         )
     running_ax.axhline(LIMITS.max_num_seqs, color="#7f8c8d", lw=0.8, ls=":")
     running_ax.text(
