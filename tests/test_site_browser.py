@@ -12,6 +12,8 @@ code) and the course home. On each page:
 - on a phone a table or a code block may be wider than the column, but only inside a box
   of its own that scrolls sideways.
 
+Every other page of the book gets the same checks at 1280 px, without screenshots.
+
 A screenshot of each page is kept in book/build/screenshots/ for a person to look at.
 
 Chromium is Debian's (`apt-get install -y chromium`, /usr/bin/chromium; the test downloads
@@ -123,7 +125,7 @@ def browser():
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    """The book built into a temporary folder, served on 127.0.0.1; yields its base URL."""
+    """The book built into a temporary folder, served on 127.0.0.1: (base URL, folder)."""
     out = tmp_path_factory.mktemp("site")
     mdbook = Path(sys.executable).parent / "mdbook"
     mdbook = str(mdbook) if mdbook.exists() else shutil.which("mdbook")
@@ -146,7 +148,7 @@ def site(tmp_path_factory):
     )
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
+    yield f"http://127.0.0.1:{server.server_address[1]}", out
     server.shutdown()
     server.server_close()
 
@@ -194,7 +196,7 @@ def test_page_fits_its_column(browser, site, tmp_path, path, viewport):
     width, height = viewport
     page = browser.new_page(viewport={"width": width, "height": height})
     try:
-        page.goto(f"{site}/{path}", wait_until="load")
+        page.goto(f"{site[0]}/{path}", wait_until="load")
         page.evaluate("document.fonts.ready")
         stem = f"{path.removesuffix('.html').replace('/', '-')}-{width}px"
         _screenshot(page, f"{stem}.png", tmp_path)
@@ -217,4 +219,27 @@ def test_page_fits_its_column(browser, site, tmp_path, path, viewport):
     assert not problems, (
         f"{path} at {width} px (text column {measured['column']} px; screenshots in "
         f"{KEEP.relative_to(ROOT)}):\n  " + "\n  ".join(problems)
+    )
+
+
+def test_no_page_of_the_book_is_wider_than_its_column_at_1280px(browser, site):
+    base, out = site
+    paths = sorted(
+        p.relative_to(out).as_posix()
+        for p in out.rglob("*.html")
+        if p.name not in ("print.html", "404.html", "toc.html", "index.html")
+    )
+    assert len(paths) > 30, f"only {len(paths)} pages built"
+    page = browser.new_page(viewport={"width": LAPTOP[0], "height": LAPTOP[1]})
+    failures = []
+    try:
+        for path in paths:
+            page.goto(f"{base}/{path}", wait_until="load")
+            problems = _problems(page.evaluate(MEASURE, CODE_COLUMNS), laptop=True)
+            failures += [f"{path}: {problem}" for problem in problems]
+    finally:
+        page.close()
+    assert not failures, (
+        "pages wider than their column at 1280 px (a page is fixed in its markdown or in "
+        "book/theme/wide.css):\n  " + "\n  ".join(failures)
     )
