@@ -130,9 +130,10 @@ CITES = re.compile(
     + r")(?![\w-])"
 )
 # a number with a thousands separator, or digits with an optional decimal part; not part of
-# a word (H100, bf16) nor of a hyphenated name (SmolLM2-135M, Llama-3.2-1B)
+# a word (H100, bf16) nor right after a word and a hyphen (Llama-3.2-1B); both ends of a
+# range (0.506-0.507) are numbers
 NUMBER = re.compile(
-    r"(?<![\w.,])(?<![A-Za-z0-9]-)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?!\d)(?![.,]\d)"
+    r"(?<![\w.,])(?<![A-Za-z]-)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?!\d)(?![.,]\d)"
 )
 INCLUDE_LINE = re.compile(r"^\s*\{\{#\w+[^}]*\}\}\s*$")
 
