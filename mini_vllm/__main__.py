@@ -17,6 +17,7 @@ from mini_vllm.errors import UserError
 
 COMMANDS = {
     "generate": "mini_vllm.cli.generate",
+    "serve": "mini_vllm.cli.serve",
     "simulate": "mini_vllm.cli.simulate",
     "bench": "mini_vllm.cli.bench",
     "doctor": "mini_vllm.cli.doctor",

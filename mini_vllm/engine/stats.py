@@ -58,9 +58,18 @@ class EngineStats:
     )  # {rows in the batch: steps}, every step
     # {rows: steps} over uniform-decode steps only: the trace a capture ladder is chosen from
     decode_batch_size_histogram: Counter = field(default_factory=Counter)
+    # The graph metrics' running sums, so that a dashboard reads them in O(1).
+    num_decode_steps: int = 0  # uniform-decode steps
+    num_decode_steps_replayed: int = 0  # of those, the ones that replayed a graph
+    num_real_tokens: int = 0
+    num_padded_tokens: int = 0  # tokens after padding (== real tokens when eager)
+    # False: count each step without keeping its record (a long-running server, whose
+    # records would grow without end: mini_vllm/entrypoints/async_llm.py turns it off).
+    keep_step_records: bool = True
 
     def record(self, step: StepRecord) -> None:
-        self.steps.append(step)
+        if self.keep_step_records:
+            self.steps.append(step)
         self._count(step)
 
     def _count(self, step: StepRecord) -> None:
@@ -71,6 +80,10 @@ class EngineStats:
         self.batch_size_histogram[step.num_reqs] += 1
         if step.uniform_decode:
             self.decode_batch_size_histogram[step.num_reqs] += 1
+        self.num_decode_steps += step.uniform_decode
+        self.num_decode_steps_replayed += step.uniform_decode and step.runtime_mode != "NONE"
+        self.num_real_tokens += step.num_tokens
+        self.num_padded_tokens += step.num_padded_tokens
 
     # ANCHOR_END: batch_size_histograms
 
@@ -81,16 +94,14 @@ class EngineStats:
     @property
     def decode_graph_hit_rate(self) -> float:
         """Share of uniform-decode steps that replayed a graph (FULL or PIECEWISE)."""
-        decode = [s for s in self.steps if s.uniform_decode]
-        if not decode:
+        if not self.num_decode_steps:
             return 0.0
-        return sum(1 for s in decode if s.runtime_mode != "NONE") / len(decode)
+        return self.num_decode_steps_replayed / self.num_decode_steps
 
     @property
     def padding_waste(self) -> float:
         """Padded tokens over real tokens, over every step (eager steps add no padding)."""
-        real = sum(s.num_tokens for s in self.steps)
-        padded = sum(s.num_padded_tokens - s.num_tokens for s in self.steps)
+        real, padded = self.num_real_tokens, self.num_padded_tokens - self.num_real_tokens
         return padded / real if real else 0.0
 
     def format(self) -> str:

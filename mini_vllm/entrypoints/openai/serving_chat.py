@@ -1,0 +1,201 @@
+"""`POST /v1/chat/completions`: a conversation in, the assistant's next message out.
+
+vLLM counterpart: vllm/entrypoints/openai/chat_completion/serving.py (`OpenAIServingChat`:
+`create_chat_completion`, `chat_completion_stream_generator`) with
+vllm/entrypoints/chat_utils.py (`apply_hf_chat_template`, `load_chat_template`).
+
+The messages are rendered with the model's chat template (SmolLM2-135M-Instruct has one),
+or with the template given to the server (`--chat-template`, a file or the template itself,
+as vLLM's flag), and tokenized without adding special tokens: the template holds them. A
+model with neither (the random-weight models) refuses chat with a 400 that says what to do.
+A streamed answer starts with a chunk whose delta is `{"role": "assistant", "content": ""}`,
+then one chunk per step with the new text, the last one with the `finish_reason`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from functools import lru_cache
+from pathlib import Path
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from mini_vllm.entrypoints.async_llm import AsyncLLM, RequestOutputDelta
+from mini_vllm.entrypoints.openai.protocol import (
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatCompletionStreamResponse,
+    ChatStreamChoice,
+    DeltaMessage,
+    random_id,
+)
+from mini_vllm.entrypoints.openai.serving_engine import (
+    ChoiceState,
+    OpenAIServing,
+    ServingError,
+    dump,
+    run_until_disconnected,
+    sse,
+)
+from mini_vllm.errors import UserError
+
+__all__ = ["OpenAIServingChat", "load_chat_template"]
+
+
+def load_chat_template(template: str | None) -> str | None:
+    """`--chat-template`: a file's path, or the Jinja template itself (vLLM accepts both)."""
+    if template is None:
+        return None
+    path = Path(template)
+    try:
+        is_file = path.is_file()
+    except OSError:  # a long inline template is no valid path
+        is_file = False
+    if is_file:
+        return path.read_text(encoding="utf-8")
+    if "{{" in template or "{%" in template:
+        return template
+    raise UserError(
+        f"--chat-template {template!r} is neither a file nor a Jinja template; give the path "
+        "of a .jinja file, or the template text itself"
+    )
+
+
+class OpenAIServingChat(OpenAIServing):
+    def __init__(
+        self, async_llm: AsyncLLM, served_model_name: str, chat_template: str | None = None
+    ) -> None:
+        super().__init__(async_llm, served_model_name)
+        self.chat_template = chat_template  # the server's, over the model's own
+
+    async def create_chat_completion(
+        self, request: ChatCompletionRequest, raw_request: Request
+    ) -> Response:
+        self.check_request(request)
+        ids = self.check_prompt(self._render(request), "messages")
+        max_tokens = request.max_completion_tokens or request.max_tokens
+        params = self.sampling_params(request, len(ids), max_tokens)
+        request_id = random_id("chatcmpl")
+        choices, deltas = self.start(request_id, [ids], [params])
+        if request.stream:
+            stream = self._stream(request, request_id, choices, deltas)
+            return StreamingResponse(stream, media_type="text/event-stream")
+        finished, error = await run_until_disconnected(self.collect(choices, deltas), raw_request)
+        if not finished:
+            return Response(status_code=499)  # the client is gone; nobody reads this
+        if error is not None:
+            raise error
+        response = ChatCompletionResponse(
+            id=request_id,
+            model=self.served_model_name,
+            choices=[
+                ChatChoice(
+                    index=c.index,
+                    message=AssistantMessage(content=c.text),
+                    finish_reason=c.finish_reason,
+                    token_ids=c.token_ids if request.return_token_ids else None,
+                )
+                for c in choices
+            ],
+            usage=self.usage(choices),
+        )
+        return JSONResponse(dump(response))
+
+    def _render(self, request: ChatCompletionRequest) -> list[int]:
+        """The conversation as prompt token ids, through the chat template."""
+        if not request.messages:
+            raise ServingError("messages is empty: give at least one message", 400, "messages")
+        messages = []
+        for i, message in enumerate(request.messages):
+            content = message.content
+            if isinstance(content, list):  # content parts: text only
+                kinds = sorted({part.type for part in content if part.type != "text"})
+                if kinds:
+                    raise ServingError(
+                        f"messages[{i}] has content of type {', '.join(kinds)}: this model "
+                        "reads text only",
+                        400,
+                        "messages",
+                    )
+                content = "".join(part.text or "" for part in content)
+            messages.append({"role": message.role, "content": content or ""})
+        tokenizer = self.llm.tokenizer
+        template = self.chat_template or getattr(tokenizer, "chat_template", None)
+        if not template:
+            raise ServingError(
+                f"the model {self.llm.config.model!r} has no chat template, so it cannot chat: "
+                "use /v1/completions, or start the server with --chat-template FILE",
+                400,
+                "messages",
+            )
+        try:
+            if self.chat_template is None:  # the model's own, rendered as `generate --chat` does
+                text = tokenizer.apply_chat_template(messages)
+            else:
+                specials = getattr(tokenizer, "special_tokens", {})
+                text = _compile_template(template).render(
+                    messages=messages, add_generation_prompt=True, tools=None, **specials
+                )
+        except Exception as exc:  # a template's raise_exception, or a template error
+            message = f"the chat template refused the messages: {exc}"
+            raise ServingError(message, 400, "messages") from None
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    async def _stream(
+        self,
+        request: ChatCompletionRequest,
+        request_id: str,
+        choices: list[ChoiceState],
+        deltas: AsyncIterator[tuple[int, RequestOutputDelta]],
+    ) -> AsyncIterator[str]:
+        def chunk(choice: ChatStreamChoice) -> str:
+            response = ChatCompletionStreamResponse(
+                id=request_id, model=self.served_model_name, choices=[choice]
+            )
+            return sse(dump(response))
+
+        yield chunk(ChatStreamChoice(index=0, delta=DeltaMessage(role="assistant", content="")))
+        async with contextlib.aclosing(deltas):
+            async for index, delta in deltas:
+                if delta.finish_reason == "error":
+                    yield self.stream_error(delta)
+                    return
+                text = choices[index].push(delta)
+                yield chunk(
+                    ChatStreamChoice(
+                        index=index,
+                        delta=DeltaMessage(content=text),
+                        finish_reason=delta.finish_reason,
+                        token_ids=delta.new_token_ids if request.return_token_ids else None,
+                    )
+                )
+        if request.stream_options is not None and request.stream_options.include_usage:
+            last = ChatCompletionStreamResponse(
+                id=request_id, model=self.served_model_name, choices=[], usage=self.usage(choices)
+            )
+            yield sse(dump(last))
+        yield sse("[DONE]")
+
+
+@lru_cache(maxsize=4)
+def _compile_template(template: str):
+    """Compile as Hugging Face does: a sandboxed Jinja with trim_blocks and lstrip_blocks."""
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
+    env.filters["tojson"] = lambda value, indent=None: json.dumps(
+        value, ensure_ascii=False, indent=indent
+    )
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(template)

@@ -1,0 +1,118 @@
+"""`POST /v1/completions`: text (or token ids) in, a completion out, whole or streamed.
+
+vLLM counterpart: vllm/entrypoints/openai/completion/serving.py (`OpenAIServingCompletion`:
+`create_completion`, `completion_stream_generator`, `request_output_to_completion_response`).
+
+A prompt is a string, a list of token ids, or a batch of either: each prompt of a batch is one
+engine request and one choice (`index` = its place in the batch). With `"stream": true` the
+answer is server-sent events, one chunk per step that gave the choice tokens, the last one
+with its `finish_reason`; then, with `stream_options.include_usage`, a chunk with no choices
+and the usage; then `data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from mini_vllm.entrypoints.async_llm import RequestOutputDelta
+from mini_vllm.entrypoints.openai.protocol import (
+    CompletionChoice,
+    CompletionRequest,
+    CompletionResponse,
+    CompletionStreamResponse,
+    random_id,
+)
+from mini_vllm.entrypoints.openai.serving_engine import (
+    ChoiceState,
+    OpenAIServing,
+    ServingError,
+    dump,
+    run_until_disconnected,
+    sse,
+)
+
+__all__ = ["OpenAIServingCompletion"]
+
+
+class OpenAIServingCompletion(OpenAIServing):
+    async def create_completion(self, request: CompletionRequest, raw_request: Request) -> Response:
+        self.check_request(request)
+        prompts = [self.check_prompt(ids, "prompt") for ids in self._prompt_ids(request.prompt)]
+        params = [self.sampling_params(request, len(ids), request.max_tokens) for ids in prompts]
+        request_id = random_id("cmpl")
+        choices, deltas = self.start(request_id, prompts, params)
+        if request.stream:
+            stream = self._stream(request, request_id, choices, deltas)
+            return StreamingResponse(stream, media_type="text/event-stream")
+        finished, error = await run_until_disconnected(self.collect(choices, deltas), raw_request)
+        if not finished:
+            return Response(status_code=499)  # the client is gone; nobody reads this
+        if error is not None:
+            raise error
+        response = CompletionResponse(
+            id=request_id,
+            model=self.served_model_name,
+            choices=[
+                CompletionChoice(
+                    index=c.index,
+                    text=c.text,
+                    finish_reason=c.finish_reason,
+                    token_ids=c.token_ids if request.return_token_ids else None,
+                )
+                for c in choices
+            ],
+            usage=self.usage(choices),
+        )
+        return JSONResponse(dump(response))
+
+    def _prompt_ids(self, prompt: str | list) -> list[list[int]]:
+        """Every prompt of the request as token ids (text is encoded as `LLM.generate` does)."""
+        if isinstance(prompt, str):
+            return [self._encode(prompt)]
+        if prompt and all(isinstance(p, str) for p in prompt):
+            return [self._encode(p) for p in prompt]
+        if prompt and all(isinstance(p, list) for p in prompt):
+            return [list(p) for p in prompt]
+        return [list(prompt)]  # token ids (an empty list is refused as an empty prompt)
+
+    def _encode(self, text: str) -> list[int]:
+        if not text:
+            raise ServingError("the prompt is empty: give at least one character", 400, "prompt")
+        return self.llm.tokenizer.encode(text)
+
+    async def _stream(
+        self,
+        request: CompletionRequest,
+        request_id: str,
+        choices: list[ChoiceState],
+        deltas: AsyncIterator[tuple[int, RequestOutputDelta]],
+    ) -> AsyncIterator[str]:
+        async with contextlib.aclosing(deltas):
+            async for index, delta in deltas:
+                if delta.finish_reason == "error":
+                    yield self.stream_error(delta)
+                    return
+                text = choices[index].push(delta)
+                chunk = CompletionStreamResponse(
+                    id=request_id,
+                    model=self.served_model_name,
+                    choices=[
+                        CompletionChoice(
+                            index=index,
+                            text=text,
+                            finish_reason=delta.finish_reason,
+                            token_ids=delta.new_token_ids if request.return_token_ids else None,
+                        )
+                    ],
+                )
+                yield sse(dump(chunk))
+        if request.stream_options is not None and request.stream_options.include_usage:
+            last = CompletionStreamResponse(
+                id=request_id, model=self.served_model_name, choices=[], usage=self.usage(choices)
+            )
+            yield sse(dump(last))
+        yield sse("[DONE]")

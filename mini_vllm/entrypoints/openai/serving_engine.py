@@ -1,0 +1,309 @@
+"""What the completion and chat handlers share: checks, sampling, streaming, errors.
+
+vLLM counterpart: vllm/entrypoints/openai/engine/serving.py (`OpenAIServing`:
+`_check_model`, `create_error_response`, `create_streaming_error_response`; the prompt-length
+check of `_validate_input`) and vllm/entrypoints/utils.py (`with_cancellation`, which aborts
+a non-streaming request whose client went away); vllm/utils/async_utils.py
+(`merge_async_iterators`, one stream out of several requests).
+
+Every check runs before the request reaches the engine, so that a bad request is answered at
+once with an OpenAI-style error (`{"error": {"message", "type", "param", "code"}}`) and never
+disturbs the requests being served: 404 for a model this server does not serve, 400 for a
+value the engine cannot take (max_tokens < 1, a negative temperature, a prompt longer than
+the context, a feature the engine lacks), 503 while the engine warms up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import Request
+
+from mini_vllm.entrypoints.async_llm import AsyncLLM, RequestOutputDelta
+from mini_vllm.entrypoints.openai.protocol import ErrorInfo, ErrorResponse, UsageInfo
+from mini_vllm.errors import UserError
+from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.tokenizer import IncrementalDetokenizer
+
+__all__ = [
+    "ERROR_TYPES",
+    "ChoiceState",
+    "OpenAIServing",
+    "ServingError",
+    "error_body",
+    "merge_async_iterators",
+    "run_until_disconnected",
+    "sse",
+]
+
+ERROR_TYPES = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    422: "UnprocessableEntityError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
+
+
+class ServingError(Exception):
+    """A request the server refuses: the message says what to send instead."""
+
+    def __init__(self, message: str, status_code: int = 400, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message, self.status_code, self.param = message, status_code, param
+
+
+def error_body(message: str, status_code: int, param: str | None = None) -> dict[str, Any]:
+    error_type = ERROR_TYPES.get(status_code, HTTPStatus(status_code).phrase.replace(" ", ""))
+    info = ErrorInfo(message=message, type=error_type, param=param, code=status_code)
+    return ErrorResponse(error=info).model_dump()
+
+
+def sse(payload: dict[str, Any] | str) -> str:
+    """One server-sent event: `data: <json>` and a blank line."""
+    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return f"data: {data}\n\n"
+
+
+def dump(model: Any) -> dict[str, Any]:
+    """A response as JSON-ready dict, without the optional fields left unset (the token ids
+    when not asked for, the delta's absent role or content, a chunk's usage)."""
+    data = model.model_dump(mode="json")
+    if data.get("usage", 0) is None:
+        del data["usage"]
+    for choice in data.get("choices", []):
+        if choice.get("token_ids", 0) is None:
+            del choice["token_ids"]
+        if "delta" in choice:
+            choice["delta"] = {k: v for k, v in choice["delta"].items() if v is not None}
+    return data
+
+
+@dataclass
+class ChoiceState:
+    """One choice (one engine request) on its way: its tokens, its text, how it ended."""
+
+    index: int
+    prompt_token_ids: list[int]
+    detokenizer: IncrementalDetokenizer
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None
+
+    def push(self, delta: RequestOutputDelta) -> str:
+        """Take a delta in; return the text it adds (all of it at the end)."""
+        text = "".join(self.detokenizer.push(t) for t in delta.new_token_ids)
+        self.token_ids += delta.new_token_ids
+        if delta.finish_reason is not None:
+            text += self.detokenizer.flush()
+            self.finish_reason = delta.finish_reason
+        self.text += text
+        return text
+
+
+async def merge_async_iterators(
+    iterators: list[AsyncIterator[Any]],
+) -> AsyncIterator[tuple[int, Any]]:
+    """(index, item) from every iterator as items come. Leaving early (or being cancelled)
+    closes every iterator, which aborts their requests."""
+    items: asyncio.Queue = asyncio.Queue()
+    end = object()
+
+    async def pump(index: int, iterator: AsyncIterator[Any]) -> None:
+        try:
+            async with contextlib.aclosing(iterator):
+                async for item in iterator:
+                    items.put_nowait((index, item))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # handed to the consumer, raised there
+            items.put_nowait((index, exc))
+        finally:
+            items.put_nowait((index, end))
+
+    tasks = [asyncio.create_task(pump(i, it)) for i, it in enumerate(iterators)]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            index, item = await items.get()
+            if item is end:
+                remaining -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield index, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def run_until_disconnected(work: Awaitable[Any], request: Request) -> tuple[bool, Any]:
+    """Run `work` unless the client goes away first, in which case it is cancelled (which
+    aborts its requests). Returns (finished, its result)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()  # the client left first (or this handler was cancelled)
+        # Let both finish: the work's cancellation runs its `finally`, which aborts.
+        await asyncio.gather(watcher, task, return_exceptions=True)
+    if task.cancelled():
+        return False, None
+    return True, task.result()
+
+
+class OpenAIServing:
+    """The checks and the engine calls both endpoints make."""
+
+    def __init__(self, async_llm: AsyncLLM, served_model_name: str) -> None:
+        self.async_llm = async_llm
+        self.served_model_name = served_model_name
+
+    @property
+    def llm(self):
+        """The engine's LLM, or a 503 while it warms up (or if it failed to start)."""
+        llm = self.async_llm.llm
+        if llm is None or not self.async_llm.is_ready:
+            why = self.async_llm.startup_error
+            if why is not None:
+                raise ServingError(f"the engine failed to start: {why}", 503)
+            raise ServingError(
+                "the model is still loading and warming up (compiling, capturing CUDA graphs); "
+                "retry when GET /health answers 200",
+                503,
+            )
+        return llm
+
+    @property
+    def max_model_len(self) -> int:
+        return self.llm.engine.max_model_len
+
+    def check_request(self, request: Any) -> None:
+        _ = self.llm  # 503 before the warm-up is done
+        if request.model != self.served_model_name:
+            raise ServingError(
+                f"The model `{request.model}` does not exist: this server serves "
+                f"`{self.served_model_name}` (GET /v1/models lists it)",
+                404,
+                "model",
+            )
+        unsupported = request.unsupported_fields()
+        if unsupported:
+            raise ServingError(
+                f"mini_vllm does not support {', '.join(unsupported)}: leave "
+                f"{'it' if len(unsupported) == 1 else 'them'} out of the request"
+                + (" (send the request n times instead)" if "n" in unsupported else ""),
+                400,
+                unsupported[0],
+            )
+
+    def check_prompt(self, ids: list[int], param: str) -> list[int]:
+        """The prompt's ids, checked against the vocabulary and the context length."""
+        try:
+            ids = self.llm.engine.check_prompt(ids)
+        except UserError as exc:
+            raise ServingError(str(exc), 400, param) from None
+        if len(ids) >= self.max_model_len:
+            raise ServingError(
+                f"This model's maximum context length is {self.max_model_len} tokens, and the "
+                f"prompt has {len(ids)} tokens, which leaves no room for a new token: shorten "
+                "the prompt",
+                400,
+                param,
+            )
+        return ids
+
+    def sampling_params(self, request: Any, prompt_len: int, max_tokens: int | None):
+        """SamplingParams from the request; `max_tokens` None: the rest of the context."""
+        if max_tokens is None:
+            max_tokens = self.max_model_len - prompt_len
+        elif isinstance(max_tokens, int) and max_tokens >= 1:
+            total = prompt_len + max_tokens
+            if total > self.max_model_len:
+                raise ServingError(
+                    f"This model's maximum context length is {self.max_model_len} tokens; the "
+                    f"prompt has {prompt_len} and max_tokens asks for {max_tokens} more "
+                    f"({total} in all): lower max_tokens to at most "
+                    f"{self.max_model_len - prompt_len}, or shorten the prompt",
+                    400,
+                    "max_tokens",
+                )
+        options = dict(max_tokens=max_tokens, ignore_eos=request.ignore_eos)
+        options["temperature"] = 1.0 if request.temperature is None else request.temperature
+        for name in ("top_p", "top_k", "seed"):
+            if getattr(request, name) is not None:
+                options[name] = getattr(request, name)
+        try:
+            params = SamplingParams(**options)
+        except UserError as exc:
+            # SamplingParams' messages start with the field's name.
+            raise ServingError(str(exc), 400, str(exc).split()[0]) from None
+        blocks = self.llm.engine.block_manager
+        needed = blocks.blocks_needed(prompt_len + params.max_tokens)
+        if needed > blocks.num_blocks:
+            raise ServingError(
+                f"the prompt ({prompt_len} tokens) and max_tokens ({params.max_tokens}) need "
+                f"{needed} KV blocks, more than the whole cache of {blocks.num_blocks}: lower "
+                "max_tokens (or start the server with a larger cache)",
+                400,
+                "max_tokens",
+            )
+        return params
+
+    def start(
+        self, request_id: str, prompts: list[list[int]], params: list[SamplingParams]
+    ) -> tuple[list[ChoiceState], AsyncIterator[tuple[int, RequestOutputDelta]]]:
+        """Send every prompt to the engine; the choices to fill, and the deltas as they come."""
+        arrival = time.monotonic()
+        tokenizer = self.llm.tokenizer
+        choices = [
+            ChoiceState(i, ids, IncrementalDetokenizer(tokenizer)) for i, ids in enumerate(prompts)
+        ]
+        streams = [
+            self.async_llm.generate(f"{request_id}-{i}", ids, sp, arrival)
+            for i, (ids, sp) in enumerate(zip(prompts, params))
+        ]
+        return choices, merge_async_iterators(streams)
+
+    @staticmethod
+    def usage(choices: list[ChoiceState]) -> UsageInfo:
+        prompt = sum(len(c.prompt_token_ids) for c in choices)
+        completion = sum(len(c.token_ids) for c in choices)
+        return UsageInfo(
+            prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+        )
+
+    async def collect(
+        self, choices: list[ChoiceState], deltas: AsyncIterator[tuple[int, RequestOutputDelta]]
+    ) -> ServingError | None:
+        """Run every choice to its end; the first error, if one ended with an error."""
+        async with contextlib.aclosing(deltas):
+            async for index, delta in deltas:
+                if delta.finish_reason == "error":
+                    return ServingError(delta.error or "the request failed", delta.status_code)
+                choices[index].push(delta)
+        return None
+
+    @staticmethod
+    def stream_error(delta: RequestOutputDelta) -> str:
+        """The event that ends a stream that failed after its 200 was sent."""
+        body = error_body(delta.error or "the request failed", delta.status_code)
+        return sse(body) + sse("[DONE]")
