@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 
 from mini_vllm.cli.options import model_options, option
@@ -299,6 +300,216 @@ def _run_reliability(args: argparse.Namespace) -> int:
     return 1 if failed or any(load.num_blocks_leaked for load in report.loads) else 0
 
 
+# The options of `bench serve` besides the engine's: (flag, help, argparse options).
+_SERVE_OPTIONS = [
+    (
+        "--base-url",
+        "a running server to load, e.g. http://127.0.0.1:8000 (default: start one "
+        "with the engine options above, on a free port)",
+        {},
+    ),
+    (
+        "--served-model-name",
+        "the model name to send (default: what the server's /v1/models lists)",
+        {},
+    ),
+    (
+        "--dataset-name",
+        "random (token ids, exact lengths) or questions (a shipped set of text prompts)",
+        dict(default="random", choices=["random", "questions"]),
+    ),
+    ("--num-prompts", "requests per run", dict(type=int, default=100)),
+    ("--random-input-len", "prompt tokens (mean)", dict(type=int, default=128)),
+    ("--random-output-len", "tokens to generate per request (mean)", dict(type=int, default=64)),
+    (
+        "--random-range-ratio",
+        "lengths are uniform in [len * (1 - r), len * (1 + r)]",
+        dict(type=float, default=0.0),
+    ),
+    (
+        "--dataset-seed",
+        "seed of the prompts, their lengths and the arrival times",
+        dict(type=int, default=0),
+    ),
+    (
+        "--request-rate",
+        "requests per second, Poisson arrivals; inf: all at once; several, "
+        "comma-separated, run one after another on the same server",
+        dict(default="inf"),
+    ),
+    ("--max-concurrency", "requests in flight at most (default: no limit)", dict(type=int)),
+    (
+        "--ignore-eos",
+        "generate exactly the output length (EOS does not stop a request)",
+        dict(action="store_true"),
+    ),
+    (
+        "--goodput",
+        "SLOs in ms, e.g. --goodput ttft:500 itl:50 (metrics: ttft, tpot, itl, e2el; "
+        "itl: a request's largest gap)",
+        dict(nargs="+", metavar="METRIC:MS"),
+    ),
+    ("--percentiles", "latency percentiles to report", dict(default="50,90,99")),
+    ("--label", "the configuration's name in the report (default: from the engine options)", {}),
+    (
+        "--save-json",
+        "also write the result as JSON (python -m mini_vllm.bench.serve combine "
+        "puts several side by side)",
+        {},
+    ),
+    (
+        "--server-timeout",
+        "seconds to wait for a started server's /health",
+        dict(type=float, default=600.0),
+    ),
+    ("--request-timeout", "seconds one request may take", dict(type=float, default=600.0)),
+]
+
+
+def _add_serve(p: argparse.ArgumentParser) -> None:
+    """Send a dataset of prompts to an OpenAI-compatible server (one started with the engine
+    options, or --base-url) as streaming clients, at a request rate (Poisson) or a concurrency;
+    report throughput, TTFT, TPOT, ITL and end-to-end latency at percentiles, goodput under
+    SLOs, and the server's decode-graph hit rate and padding waste read from its /metrics."""
+    from mini_vllm.cli.serve import add_engine_options
+
+    add_engine_options(p)
+    group = p.add_argument_group("benchmark options (as vllm bench serve)")
+    for flag, help_text, kwargs in _SERVE_OPTIONS:
+        option(group, flag, help_text, **kwargs)
+    _add_output_options(p, "benchmarks/results/serve-<device>.md, and a .png plot beside it")
+
+
+def _serve_label(args: argparse.Namespace, config) -> str:
+    """The configuration's short name: eager, or [compile+]<graph mode>[+async]."""
+    if args.label:
+        return args.label
+    if config is None:
+        return "server"
+    if config.enforce_eager:
+        return "eager"
+    parts = ["compile"] if config.compilation_mode.name != "NONE" else []
+    parts.append(config.cudagraph_mode.name.lower())
+    if config.async_scheduling:
+        parts.append("async")
+    return "+".join(parts)
+
+
+def _serve_command_line(args: argparse.Namespace) -> str:
+    from mini_vllm.cli.serve import engine_argv
+
+    words = ["python", "-m", "mini_vllm", "bench", "serve"]
+    if args.base_url:
+        words += ["--base-url", args.base_url]
+    else:
+        defaults = {"--dtype": "auto", "--device": "cpu"}
+        engine = engine_argv(args)
+        for flag, value in zip(engine[0:6:2], engine[1:6:2]):  # model, device, dtype
+            if defaults.get(flag) != value:
+                words += [flag, value]
+        words += engine[6:]
+    for flag, _, kwargs in _SERVE_OPTIONS:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is None or value is False or value == kwargs.get("default"):
+            continue
+        if flag in ("--base-url", "--save-json"):
+            continue
+        if value is True:
+            words.append(flag)
+        elif isinstance(value, list):
+            words += [flag, *value]
+        else:
+            words += [flag, str(value)]
+    if args.output:
+        words += ["--output", args.output]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from mini_vllm.bench.serve import (
+        format_serve_markdown,
+        parse_goodput,
+        parse_request_rates,
+        plot_report,
+        run_serve_bench,
+        sample_requests,
+    )
+    from mini_vllm.cli.serve import engine_argv, engine_kwargs, require_serving_packages
+    from mini_vllm.engine.engine_config import EngineConfig
+    from mini_vllm.errors import UserError
+
+    require_serving_packages()
+    rates = parse_request_rates(args.request_rate)
+    slo = parse_goodput(args.goodput)
+    try:
+        percentiles = [float(p) for p in args.percentiles.split(",")]
+    except ValueError:
+        raise UserError(
+            f"--percentiles must be comma-separated numbers, got {args.percentiles!r}"
+        ) from None
+    if not all(0 < p <= 100 for p in percentiles):
+        raise UserError("--percentiles must be in (0, 100]")
+    if args.max_concurrency is not None and args.max_concurrency < 1:
+        raise UserError("--max-concurrency must be >= 1")
+    # A bad engine option fails now, not in the server.
+    config = None if args.base_url else EngineConfig.from_kwargs(**engine_kwargs(args))
+    device = "remote" if args.base_url else args.device.split(":")[0]
+    default_output = f"benchmarks/results/serve-{device}.md"
+    _check_output(args, default_output)
+    requests = sample_requests(
+        args.dataset_name,
+        args.num_prompts,
+        args.random_input_len,
+        args.random_output_len,
+        args.random_range_ratio,
+        args.dataset_seed,
+    )
+    dataset = dict(
+        name=args.dataset_name,
+        num_prompts=args.num_prompts,
+        input_len=args.random_input_len if args.dataset_name == "random" else "text",
+        output_len=args.random_output_len,
+        range_ratio=args.random_range_ratio,
+        seed=args.dataset_seed,
+        ignore_eos=args.ignore_eos,
+    )
+    report = run_serve_bench(
+        args.base_url,
+        args.served_model_name,
+        requests,
+        rates,
+        args.max_concurrency,
+        args.ignore_eos,
+        slo,
+        percentiles,
+        dataset,
+        command=_serve_command_line(args),
+        label=_serve_label(args, config),
+        engine_args=None if args.base_url else engine_argv(args),
+        seed=args.dataset_seed,
+        server_timeout=args.server_timeout,
+        request_timeout=args.request_timeout,
+        log=_say,
+    )
+    plot_path = None
+    if not args.no_output:
+        plot_path = Path(args.output or default_output).with_suffix(".png")
+        if not plot_report(report, plot_path):
+            print("note: no plot (matplotlib is not installed: pip install matplotlib)")
+            plot_path = None
+    text = format_serve_markdown(report, str(plot_path) if plot_path else None)
+    print(text)
+    _write_result(args, text, default_output)
+    if args.save_json:
+        Path(args.save_json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.save_json).write_text(report.to_json(), encoding="utf-8")
+        print(f"wrote {args.save_json}")
+    failed = sum(run.metrics["failed"] for run in report.runs)
+    if failed:
+        print(f"{failed} request(s) failed: see the errors above", file=sys.stderr)
+    return 1 if failed else 0
+
+
 # name: (one-line help, adds the options, runs it); the description is the adder's docstring.
 SUBCOMMANDS = {
     "decode": ("our decode loop vs transformers' generate, batch 1", _add_decode, _run_decode),
@@ -311,6 +522,11 @@ SUBCOMMANDS = {
         "a load under preemption and injected faults, in every CPU engine mode",
         _add_reliability,
         _run_reliability,
+    ),
+    "serve": (
+        "load an OpenAI-compatible server: TTFT, ITL, TPOT, throughput, goodput",
+        _add_serve,
+        _run_serve,
     ),
 }
 
