@@ -721,7 +721,7 @@ def plot_report(report: ServeBenchReport, path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.5))
     for run in report.runs:
         if run.itl_ms:
             left.hist(
@@ -749,7 +749,7 @@ def plot_report(report: ServeBenchReport, path: Path) -> bool:
     right.set_title("Latency percentiles")
     right.set_ylabel("latency (ms, log scale)")
     right.set_xlabel("metric")
-    right.legend(fontsize="small")
+    right.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"bench serve: {report.model} on {report.machine.split(';')[0]}")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -820,7 +820,7 @@ def plot_combined(reports: list[ServeBenchReport], path: Path) -> bool:
     except ImportError:
         return False
     rates = sorted({run.request_rate for r in reports for run in r.runs})
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(11, 4.5))
     width = 0.8 / max(1, len(reports))
     for i, report in enumerate(reports):
         by_rate = {run.request_rate: run for run in report.runs}
@@ -835,12 +835,12 @@ def plot_combined(reports: list[ServeBenchReport], path: Path) -> bool:
                 label=f"{report.label} {p.upper()}",
             )
     ax.set_xticks([k + 0.4 - width / 2 for k in range(len(rates))])
-    ax.set_xticklabels([f"{_rate(r)} req/s" for r in rates])
+    ax.set_xticklabels([f"{r:g} req/s" if math.isfinite(r) else "inf (all at once)" for r in rates])
     ax.set_yscale("log")
     ax.set_xlabel("request rate")
     ax.set_ylabel("inter-token latency (ms, log scale)")
     ax.set_title(f"ITL P50 (solid) and P99 (hatched): {reports[0].model}")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

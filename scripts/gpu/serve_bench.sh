@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Serving on a GPU, three ways side by side: the SmolLM2-135M shape (random weights: timing
+# does not depend on the values) served eager (--enforce-eager), with FULL_AND_PIECEWISE CUDA
+# graphs, and compiled (vllm_compile) with those graphs and async scheduling; each loaded by
+# `python -m mini_vllm bench serve` (its own server, then one run per request rate).
+#
+#     bash scripts/gpu/serve_bench.sh [OUT]      # default OUT: out/serve-bench
+#
+# Writes OUT/serve-<config>.{md,json,png,log} and OUT/serve-cuda.md, the table of P50/P99
+# ITL, TTFT and throughput per configuration and rate, with the warm-up, capture time and
+# graph memory of the default capture ladder (max_num_seqs 16: sizes 1 to 32). About 5
+# minutes on an H100; each configuration is cut off after 150 s, the whole after 8 minutes.
+#
+# The server needs fastapi and uvicorn. Where they are missing and no index can be reached,
+# the script installs them from a folder of wheels, $MINI_VLLM_WHEELS (default .whl), into
+# OUT/pkgs; make that folder where an index is reachable, for the GPU's Python, e.g.
+#     python3 -m pip download --only-binary=:all: --python-version 3.12 \
+#         --platform manylinux2014_x86_64 -d .whl fastapi uvicorn
+#
+# MINI_VLLM_SERVE_BENCH_CPU=1 runs the same steps on the CPU with the tiny model and a small
+# load (about a minute and a half): a check that the script works, not a measurement.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${1:-out/serve-bench}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+export PYTHONUNBUFFERED=1
+START=$SECONDS
+say() { echo "[serve_bench +$((SECONDS - START))s] $*"; }
+
+if [ "${MINI_VLLM_SERVE_BENCH_CPU:-0}" = 1 ]; then
+  MODEL=tiny DEVICE=cpu PROMPTS=12 RATES=20,inf IN_LEN=32 OUT_LEN=16 EXTRA="--cpu-threads 1"
+  REPORT="$OUT/serve-cpu-check.md"
+else
+  MODEL=smollm2-135m DEVICE=cuda PROMPTS=100 RATES=4,16,inf IN_LEN=128 OUT_LEN=64 EXTRA=""
+  REPORT="$OUT/serve-cuda.md"
+  if ! python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    echo "error: scripts/gpu/serve_bench.sh needs an NVIDIA GPU with CUDA" \
+      "(MINI_VLLM_SERVE_BENCH_CPU=1 runs the same steps on the CPU)" >&2
+    exit 2
+  fi
+fi
+
+PACKAGES="import fastapi, uvicorn, pydantic, prometheus_client, httpx"
+if ! python3 -c "$PACKAGES" 2>/dev/null; then
+  WHEELS="${MINI_VLLM_WHEELS:-.whl}"
+  if ! ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+    echo "error: the server's packages (fastapi, uvicorn, ...) are missing and $WHEELS holds" \
+      "no wheels; see this script's header for how to make that folder" >&2
+    exit 2
+  fi
+  say "installing fastapi and uvicorn from $WHEELS into $OUT/pkgs"
+  python3 -m pip install -q --disable-pip-version-check --no-index --find-links "$WHEELS" \
+    --target "$OUT/pkgs" fastapi uvicorn
+  export PYTHONPATH="$OUT/pkgs${PYTHONPATH:+:$PYTHONPATH}"
+  python3 -c "$PACKAGES"
+fi
+
+CONFIGS=(
+  "eager|--enforce-eager"
+  "full_and_piecewise|--cudagraph-mode full_and_piecewise"
+  "compile+full_and_piecewise+async|--cudagraph-mode full_and_piecewise --compilation-mode vllm_compile --async-scheduling"
+)
+status=0
+results=()
+for config in "${CONFIGS[@]}"; do
+  label="${config%%|*}"
+  flags="${config#*|}"
+  if [ $((SECONDS - START)) -gt 330 ]; then
+    say "skipping $label: the 8-minute budget would not hold it"
+    status=1
+    continue
+  fi
+  say "$label: a server with $flags; $PROMPTS requests at each rate of $RATES"
+  # shellcheck disable=SC2086  # the flags are words
+  if timeout --kill-after=10 150 python3 -m mini_vllm bench serve --model "$MODEL" \
+    --device "$DEVICE" $flags $EXTRA --num-prompts "$PROMPTS" --random-input-len "$IN_LEN" \
+    --random-output-len "$OUT_LEN" --random-range-ratio 0.5 --ignore-eos \
+    --request-rate "$RATES" --label "$label" --server-timeout 120 --request-timeout 60 \
+    --output "$OUT/serve-$label.md" --save-json "$OUT/serve-$label.json" \
+    > "$OUT/serve-$label.log" 2>&1; then
+    grep -E "^(server ready|run:|  [0-9]+ done)" "$OUT/serve-$label.log" | sed 's/^/    /'
+    results+=("$OUT/serve-$label.json")
+  else
+    code=$?
+    say "$label FAILED (status $code$([ $code = 124 ] && echo ', timed out')); the end of $OUT/serve-$label.log:"
+    tail -15 "$OUT/serve-$label.log" | sed 's/^/    /'
+    status=1
+  fi
+done
+
+if [ ${#results[@]} -gt 0 ]; then
+  python3 -m mini_vllm.bench.serve combine "${results[@]}" --output "$REPORT" \
+    --title "Serving on $DEVICE: eager vs CUDA graphs vs compiled + async ($MODEL)" \
+    --command "bash scripts/gpu/serve_bench.sh" > /dev/null
+  say "wrote $REPORT"
+  sed -n '/^| configuration | rate/,/^$/p' "$REPORT"
+fi
+say "done in $((SECONDS - START)) s"
+exit $status
