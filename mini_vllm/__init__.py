@@ -9,6 +9,8 @@ The public API
     sampling_params.py  `SamplingParams` (vllm/sampling_params.py)
     outputs.py        `RequestOutput` (vllm/outputs.py)
     errors.py         `UserError`: a mistake the user can fix (the CLI prints it in one line)
+    entrypoints/      the OpenAI-compatible server, its engine thread, its Prometheus metrics
+                      (vllm/entrypoints/openai/, vllm/v1/engine/async_llm.py)
 
 The engine (what `LLM` runs)
     engine/           requests, block manager, scheduler, model runner, graph dispatcher (vllm/v1/)
@@ -32,7 +34,7 @@ The teaching models (one idea alone; the engine never imports them)
 
 The tools
     bench/            benchmarks and the capture-ladder chooser (vllm/benchmarks/)
-    cli/              `python -m mini_vllm generate | simulate | bench | doctor`
+    cli/              `python -m mini_vllm generate | serve | simulate | bench | doctor`
                       (vllm/entrypoints/cli/)
 
 The package root stays light: `LLM` (which imports torch) is loaded on first use.
