@@ -5,8 +5,9 @@
     .venv/bin/python scripts/figures/phase05.py --only crossover-llama3.1-8b.png --out-dir /tmp
 
 Every number in a figure comes from `mini_vllm` (the two-lane launch model, the graph
-simulator, the capture-size ladder); this file only lays them out, one function a
-figure (style, saving and the command line: figurekit.py). The output is deterministic:
+simulator, the capture-size ladder) or from a recorded H100 run under
+`benchmarks/results/`; this file only lays them out, one function a figure (style,
+saving and the command line: figurekit.py). The output is deterministic:
 fixed seeds, matplotlib's default style, and no version stamp in the PNG.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -43,6 +45,7 @@ from mini_vllm.teaching.launch_overhead import (
     get_preset,
     graph_timeline,
     kernel_gpu_us,
+    refit_preset,
     step_time_us,
     sweep,
 )
@@ -55,7 +58,9 @@ __all__ = [
     "geometric_ladder",
     "h100_decode_figure",
     "padding_waste_figure",
+    "measured_preset",
     "parse_markdown_table",
+    "step_by_step_figure",
     "step_time_figure",
     "synthetic_batch_trace",
     "two_lane_figure",
@@ -100,6 +105,47 @@ def geometric_ladder(ratio: float, top: int = MAX_DEFAULT_CAPTURE) -> list[int]:
     return sizes
 
 
+# The recorded H100 runs the measured figures read (benchmarks/results/).
+H100_RESULTS = ROOT / "benchmarks" / "results" / "decode-graphs-cuda.md"
+STEP_BY_STEP_RESULTS = ROOT / "benchmarks" / "results" / "decode-graphs-cuda-step-by-step.md"
+
+
+def parse_markdown_table(path: str | Path) -> list[dict[str, str]]:
+    """The first pipe table of a markdown file, as one dict per row keyed by the header."""
+    lines = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    header = [cell.strip() for cell in lines[start].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")))))
+    return rows
+
+
+def measured_preset(path: str | Path = H100_RESULTS):
+    """The SmolLM2-135M preset refitted to a recorded H100 run: its kernel list rebuilt to
+    the run's eager kernel count and its launch cost solved from the run's eager forward
+    at batch 1, as the benchmark's own report does (`refit_preset`). Nothing is fitted to
+    the graph step: what the refitted preset says about graphs is a prediction."""
+    row = parse_markdown_table(path)[0]
+    return refit_preset(
+        "h100-smollm2-135m",
+        eager_ms=float(row["eager fwd ms"]),
+        num_kernels=int(row["eager kernels"]),
+        batch=int(row["batch"]),
+    )
+
+
+def measured_forward_speedups(path: str | Path = H100_RESULTS) -> tuple[list[int], list[float]]:
+    """Batch sizes and measured FULL speed-ups of the forward (eager fwd / full fwd)."""
+    rows = parse_markdown_table(path)
+    return (
+        [int(row["batch"]) for row in rows],
+        [float(row["eager fwd ms"]) / float(row["full fwd ms"]) for row in rows],
+    )
+
+
 # The ladders compared in the padding figure (and the notebook).
 LADDERS: dict[str, list[int]] = {
     "vLLM default (max 512)": default_capture_sizes(max_num_seqs=256, max_num_batched_tokens=8192),
@@ -129,12 +175,11 @@ def _short(name: str) -> str:
 
 
 @styled
-def two_lane_figure(
-    preset: str = "h100-smollm2-135m", batch: int = 1, num_kernels: int = 8
-) -> Figure:
+def two_lane_figure(preset: str | None = None, batch: int = 1, num_kernels: int = 8) -> Figure:
     """The first kernels of a decode step on two lanes (CPU issues, GPU executes), eager
-    above, one graph replay below, on the same time axis."""
-    p = get_preset(preset)
+    above, one graph replay below, on the same time axis. By default the model is the
+    SmolLM2-135M shape refitted to the recorded H100 run (`measured_preset`)."""
+    p = measured_preset() if preset is None else get_preset(preset)
     hw = p.hardware
     kernels = p.kernels[:num_kernels]
     views = [
@@ -291,9 +336,10 @@ def two_lane_figure(
     axes[0].legend(
         handles=legend, loc="upper right", bbox_to_anchor=(1.0, 1.32), ncol=3, frameon=False
     )
+    model = "SmolLM2-135M shape, fitted to a recorded H100 eager step" if preset is None else p.name
     fig.suptitle(
-        f"{p.name}, batch {batch}: the first {len(kernels)} of "
-        f"{len(p.kernels)} kernels (host {hw.launch_us:g} µs per launch)",
+        f"{model}, batch {batch}: the first {len(kernels)} of "
+        f"{len(p.kernels)} kernels (host {hw.launch_us:.3g} µs per launch)",
         fontsize=10,
     )
     return fig
@@ -325,19 +371,32 @@ def _reference_speedups(p) -> tuple[list[int], list[float]]:
 
 
 @styled
-def crossover_figure(
-    presets: Sequence[str] = ("h100-llama3.1-8b", "h100-smollm2-135m"), max_batch: int = 4096
-) -> Figure:
-    """Graph speedup (eager step / graph step) against batch size, one panel per preset,
-    with the threshold, the crossover batch and the preset's reference measurements."""
-    fig = Figure(figsize=(10, 4.4), layout="constrained")
-    axes = fig.subplots(1, len(presets), squeeze=False)[0]
-    for ax, name in zip(axes, presets):
-        p = get_preset(name)
-        results = sweep(p, _batch_grid(max_batch, p.reference_ms))
+def crossover_figure(max_batch: int = 4096, results_path: str | Path = H100_RESULTS) -> Figure:
+    """Graph speedup (eager step / graph step) against batch size, simulated, with the
+    threshold and the crossover batch: left, the Llama-3.1-8B preset with the reference
+    measurements it is fitted to; right, the SmolLM2-135M shape refitted to a recorded
+    H100 eager step, with that run's measured forward speed-ups (a prediction, not a fit)."""
+    llama = get_preset("h100-llama3.1-8b")
+    panels = [
+        (
+            llama,
+            "Llama-3.1-8B preset",
+            _reference_speedups(llama),
+            "reference measurements (fitted)",
+        ),
+        (
+            measured_preset(results_path),
+            "SmolLM2-135M shape, refitted",
+            measured_forward_speedups(results_path),
+            "measured on an H100 (forward)",
+        ),
+    ]
+    fig = Figure(figsize=(10, 4.6), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (p, title, (ref_b, ref_s), ref_label) in zip(axes, panels):
+        results = sweep(p, _batch_grid(max_batch, ref_b))
         batches = [r.batch for r in results]
         speedups = [r.speedup for r in results]
-        ref_b, ref_s = _reference_speedups(p)
         top = max(max(speedups), max(ref_s)) * 1.12
         ax.axvspan(MAX_DEFAULT_CAPTURE, max_batch * 1.3, color="#f2f3f4", zorder=0)
         ax.text(
@@ -349,7 +408,9 @@ def crossover_figure(
             fontsize=7,
             color="#555555",
         )
-        ax.plot(batches, speedups, color=_GRAPH_COLOR, linewidth=2, label="model (simulate_step)")
+        ax.plot(
+            batches, speedups, color=_GRAPH_COLOR, linewidth=2, label="simulated (simulate_step)"
+        )
         ax.axhline(
             CROSSOVER_THRESHOLD,
             color=_THRESHOLD_COLOR,
@@ -365,7 +426,7 @@ def crossover_figure(
             mec=_REFERENCE_COLOR,
             mew=1.5,
             markersize=7,
-            label="reference measurements",
+            label=ref_label,
         )
         cross = crossover_batch(p, max_batch=max_batch)
         if cross is not None:
@@ -393,8 +454,8 @@ def crossover_figure(
             )
         else:
             ax.text(
-                0.03,
-                0.06,
+                0.30,
+                0.28,
                 f"no crossover up to batch {max_batch}\n(still {results[-1].speedup:.2f}× there)",
                 transform=ax.transAxes,
                 fontsize=8,
@@ -405,13 +466,11 @@ def crossover_figure(
         ax.set_ylim(0.9, top)
         ax.set_xlabel("decode batch size (sequences)")
         ax.set_ylabel("speedup of graphs (eager ms / graph ms)")
-        ax.set_title(f"{p.name}: {len(p.kernels)} kernels a step", loc="left", fontsize=9)
+        ax.set_title(f"{title}: {len(p.kernels)} kernels a step", loc="left", fontsize=9)
         ax.grid(True, which="major", color="#e5e5e5", linewidth=0.6)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=len(handles), frameon=False)
+        ax.legend(loc="lower left", frameon=False, fontsize=7.5)
     fig.suptitle(
-        "Where CUDA graphs stop paying: the speedup falls as "
-        "the GPU lane fills up (reference points: COURSE_SPEC §5)",
+        "Where CUDA graphs stop paying: the simulated speedup falls as the GPU lane fills up",
         fontsize=10,
     )
     return fig
@@ -490,7 +549,8 @@ def step_time_figure(preset: str = "h100-llama3.1-8b", max_batch: int = 64) -> F
     cross = crossover_batch(p)
     ax.set_title(
         f"{p.name}: eager vs graph step time ({len(p.kernels)} kernels a step; "
-        f"graphs stop paying at batch {cross})\nreference points: COURSE_SPEC §5",
+        f"graphs stop paying at batch {cross})\nsquares and circles: the reference measurements "
+        "the preset is fitted to",
         loc="left",
         fontsize=9,
     )
@@ -822,7 +882,7 @@ def padding_waste_figure(trace: Sequence[int] | None = None) -> Figure:
     ax_h.text(
         ax_h.get_xlim()[1],
         92.6,
-        "target > 92% ",
+        "healthy above 92% ",
         color=_GRAPH_COLOR,
         fontsize=7,
         ha="right",
@@ -832,7 +892,7 @@ def padding_waste_figure(trace: Sequence[int] | None = None) -> Figure:
     ax_h.text(
         ax_h.get_xlim()[1],
         84.4,
-        "alert < 85% ",
+        "alert below 85% ",
         color=_EAGER_COLOR,
         fontsize=7,
         ha="right",
@@ -855,7 +915,6 @@ def padding_waste_figure(trace: Sequence[int] | None = None) -> Figure:
 
 # --- Figure 6: measured H100 decode step per mode -----------------------------------
 
-H100_RESULTS = ROOT / "benchmarks" / "results" / "decode-graphs-cuda.md"
 
 # Modes as the benchmark's table names them, slowest first, with their bar colours.
 _H100_MODES = {
@@ -865,19 +924,6 @@ _H100_MODES = {
     "compile+piecewise": "#a9dfbf",
     "compile+full": "#1e8449",
 }
-
-
-def parse_markdown_table(path: str | Path) -> list[dict[str, str]]:
-    """The first pipe table of a markdown file, as one dict per row keyed by the header."""
-    lines = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
-    header = [cell.strip() for cell in lines[start].strip("|").split("|")]
-    rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        rows.append(dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")))))
-    return rows
 
 
 @styled
@@ -952,6 +998,75 @@ def h100_decode_figure(path: str | Path = H100_RESULTS) -> Figure:
     return fig
 
 
+# --- Figure 7: the step, change by change -------------------------------------------
+
+
+def _category(configuration: str) -> str:
+    if "async" in configuration:
+        return "graph + async scheduling"
+    if "compile" in configuration:
+        return "graph, compiled"
+    if configuration.startswith("eager"):
+        return "eager"
+    return "graph, not compiled"
+
+
+_CATEGORY_COLORS = {
+    "eager": _EAGER_COLOR,
+    "graph, not compiled": "#85c1e9",
+    "graph, compiled": "#1e8449",
+    "graph + async scheduling": "#7d3c98",
+}
+
+
+@styled
+def step_by_step_figure(path: str | Path = STEP_BY_STEP_RESULTS) -> Figure:
+    """Each configuration's ms per decode step at batch 1 (SmolLM2-135M shape, one H100),
+    in the order the changes were made, with its kernels per step, read from the summary
+    of the recorded runs."""
+    rows = parse_markdown_table(path)
+    labels = [row["configuration"] for row in rows]
+    ms_text = [row["ms per step"] for row in rows]  # as the results file writes them
+    ms = [float(text) for text in ms_text]
+    kernels = [row["kernels per decode step"] for row in rows]
+    categories = [_category(label) for label in labels]
+
+    fig = Figure(figsize=(10, 5.6), layout="constrained")
+    ax = fig.subplots()
+    y = np.arange(len(rows))[::-1]
+    ax.barh(y, ms, color=[_CATEGORY_COLORS[c] for c in categories], height=0.7)
+    for yi, value, text, count in zip(y, ms, ms_text, kernels):
+        ax.text(value * 1.05, yi, f"{text} ms, {count} kernels", va="center", fontsize=7.5)
+    ax.set_xscale("log")
+    ax.set_xlim(0.3, max(ms) * 6)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_yticks(y, [textwrap_label(label) for label in labels], fontsize=7.5)
+    ax.set_xlabel("ms per decode step at batch 1 (log scale)")
+    ax.set_ylabel("configuration, in the order the changes were made")
+    ax.grid(True, axis="x", color="#e5e5e5", linewidth=0.6)
+    ax.set_axisbelow(True)
+    handles = [
+        patches.Patch(color=color, label=name)
+        for name, color in _CATEGORY_COLORS.items()
+        if name in categories
+    ]
+    ax.legend(handles=handles, loc="lower right", frameon=False, fontsize=8)
+    ax.set_title(
+        "Decode step of the SmolLM2-135M shape on an H100, bf16, context 128: "
+        "kernels and time per configuration\nsource: "
+        f"{Path(path).relative_to(ROOT) if Path(path).is_relative_to(ROOT) else Path(path).name}"
+        " (each row from its own recorded run)",
+        loc="left",
+        fontsize=9,
+    )
+    return fig
+
+
+def textwrap_label(label: str, width: int = 46) -> str:
+    """A configuration name broken over lines of at most `width` characters."""
+    return "\n".join(textwrap.wrap(label, width))
+
+
 # --- Driver -------------------------------------------------------------------------
 
 FIGURES: dict[str, Callable[[], Figure]] = {
@@ -961,6 +1076,7 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "full-vs-piecewise.png": full_vs_piecewise_figure,
     "padding-waste-per-ladder.png": padding_waste_figure,
     "h100-decode.png": h100_decode_figure,
+    "h100-step-by-step.png": step_by_step_figure,
 }
 
 
