@@ -3,7 +3,11 @@ decode step time from the launch-overhead model.
 
 Prints, for each batch size, the eager and graph step time, the speedup and the
 launches per step, then the crossover batch size past which graphs stop paying.
-The model and its presets live in mini_vllm/teaching/launch_overhead.py.
+Where the preset was fitted to a timing at a batch size, that timing is printed
+beside the model's row. The presets are fitted parameters, not measurements of this
+repository: the model and its presets, with where each number comes from, live in
+mini_vllm/teaching/launch_overhead.py; what this repository measured on a GPU is in
+benchmarks/results/.
 """
 
 from __future__ import annotations
@@ -87,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     header = f"{'batch':>6} {'eager ms':>9} {'graph ms':>9} {'speedup':>8} {'launches e/g':>13}"
     has_reference = any(b in preset.reference_ms for b in batch_sizes)
-    print(header + ("   reference eager -> graph" if has_reference else ""))
+    print(header + ("   fitted to: eager -> graph" if has_reference else ""))
     for result in lo.sweep(preset, batch_sizes):
         line = (
             f"{result.batch:>6} {result.eager_us / 1e3:>9.2f} {result.graph_us / 1e3:>9.2f} "

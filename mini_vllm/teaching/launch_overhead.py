@@ -11,8 +11,10 @@ shrinks: past the crossover batch size graphs no longer pay for themselves.
 This is the course's own model, not a vLLM file. It explains why vLLM captures graphs
 only up to a maximum size (vllm/config/vllm.py `_set_cudagraph_sizes`) and runs larger
 batches eagerly (vllm/v1/cudagraph_dispatcher.py `dispatch`), and why `enforce_eager`
-costs most at small batch. Numbers and their sources: COURSE_SPEC §5, and the comments
-next to each preset below.
+costs most at small batch. Its numbers are parameters, not measurements of this
+repository: where each comes from is said in the comments next to it, in the `PRESETS`
+block below. What this repository measured on an H100 is in benchmarks/results/
+(decode-graphs-cuda.md and the runs after it), and `refit_preset` fits a preset to such a run.
 """
 
 from __future__ import annotations
@@ -360,22 +362,23 @@ def _h100(launch_us: float, node_us: float) -> Hardware:
 
 
 # ANCHOR: presets
-# Both presets model an H100 SXM. 3.0 TB/s is the copy bandwidth we measured on our
-# H100 (COURSE_SPEC §5); 989 TFLOP/s is its dense BF16 tensor-core peak, which decode
-# never nears (FLOPs only matter at prefill-sized batches).
+# Both presets model an H100 SXM. 3.0 TB/s is a round copy bandwidth for an H100 (the
+# run in benchmarks/results/decode-graphs-cuda.md measured 2883 GB/s, read + write);
+# 989 TFLOP/s is its dense BF16 tensor-core peak, which decode never nears (FLOPs only
+# matter at prefill-sized batches).
 # An eagerly launched kernel costs the GPU ~5 µs beyond its work even when the host
 # is ahead: the front end takes each launch from the stream on its own and sets up its
-# grid (the low end of §5's "5-20 µs end to end" for one launch). A graph does that
-# setup once, at instantiation, leaving ~1-2 µs a node (§5). Without this gap eager
-# and graph would tie once the GPU is the bottleneck; the table's eager step stays
-# ~2.6 ms slower even at batch 32.
+# grid (the low end of the "5-20 µs end to end" that write-ups on launch overhead quote
+# for one launch). A graph does that setup once, at instantiation, leaving the ~1-2 µs a
+# node they quote. Without this gap eager and graph would tie once the GPU is the
+# bottleneck; the Llama-3.1-8B table's eager step stays ~2.6 ms slower even at batch 32.
 H100_BANDWIDTH = 3.0e12
 H100_PEAK_BF16 = 989e12
 H100_EAGER_GAP_US = 5.0
 GRAPH_LAUNCH_US = 10.0  # one cudaGraphLaunch: a few to ~10 µs of host time, noise next to a step
-# Between two nodes of a replayed graph the GPU still loses about a microsecond: §5's
-# "~1-2 µs of GPU time per node" is this gap plus the node's own kernel, and 1 µs is
-# the low end, for kernels that are themselves next to free.
+# Between two nodes of a replayed graph the GPU still loses about a microsecond: the
+# "~1-2 µs of GPU time per node" quoted for H100s is this gap plus the node's own
+# kernel, and 1 µs is the low end, for kernels that are themselves next to free.
 GRAPH_NODE_GAP_US = 1.0
 
 
@@ -411,11 +414,14 @@ _SMOLLM2_135M = _shape_of(
 )
 
 PRESETS: dict[str, Preset] = {
-    # Fitted to the Llama-3.1-8B table of COURSE_SPEC §5 (decode ms/step, eager -> graph).
+    # Fitted to a table published in an article on CUDA graphs: Llama-3.1-8B decode on
+    # an H100 SXM, ms a step, eager -> graph (`reference_ms` below). The table is the
+    # article's, not a measurement of this repository. The fit comes within 8% of the
+    # table's speedups and within 15% of its step times; it does not match them.
     "h100-llama3.1-8b": Preset(
         name="h100-llama3.1-8b",
-        description="Llama-3.1-8B decode on an H100 SXM, an "
-        "engine with fused kernels (the course's table)",
+        description="Llama-3.1-8B decode on an H100 SXM, an engine with fused "
+        "kernels (parameters fitted to an article's eager vs graph table)",
         hardware=_h100(
             # Host time a kernel: Python module code, the dispatcher, cudaLaunchKernel.
             # The table's eager step at batch 1 (8.4 ms) is launch-bound; over the 493
@@ -423,8 +429,8 @@ PRESETS: dict[str, Preset] = {
             # *speedup* at batch 1, because our graph step there is ~13% slower than
             # the table's 5.1 ms: at 3.0 TB/s the weights alone take 5.0 ms.
             launch_us=19.0,
-            # 1 µs, the low end of §5: the table's graph step at batch 1 (5.1 ms) leaves
-            # almost nothing beyond reading the 15 GB of weights.
+            # 1 µs, the low end of the quoted range: the table's graph step at batch 1
+            # (5.1 ms) leaves almost nothing beyond reading the 15 GB of weights.
             node_us=1.0,
         ),
         # Llama-3.1-8B config: 32 layers, hidden 4096, 32 query / 8 KV heads of 128,
@@ -436,21 +442,27 @@ PRESETS: dict[str, Preset] = {
         reference_ms={1: (8.4, 5.1), 4: (9.2, 6.0), 16: (12.1, 9.3), 32: (18.7, 16.1)},
         shape=_LLAMA31_8B,
     ),
-    # Our own H100 run (§5): a naive static-KV-cache Llama in SmolLM2-135M's shape, batch 1,
-    # context 128: eager 20.6 ms, one CUDA graph 2.87 ms, 1394 kernels.
+    # Illustrative parameters, fitted to one timing taken outside this repository's
+    # benchmarks: a plain static-KV-cache Llama of a few dozen lines (not mini_vllm) in
+    # SmolLM2-135M's shape, bf16, on an H100, batch 1, context 128: eager 20.6 ms, one
+    # CUDA graph 2.87 ms, 1394 kernels. No results file holds that timing. What this
+    # repository measured for mini_vllm's own model is in
+    # benchmarks/results/decode-graphs-cuda.md: 971 kernels, 16.597 ms eager and
+    # 2.912 ms as one FULL graph at batch 1; `refit_preset` fits this preset to such a run.
     "h100-smollm2-135m": Preset(
         name="h100-smollm2-135m",
-        description="SmolLM2-135M shape, naive PyTorch decode, measured on our H100",
+        description="SmolLM2-135M shape, unfused PyTorch decode (illustrative "
+        "parameters from one H100 timing of a plain static-KV-cache Llama)",
         hardware=_h100(
             launch_us=14.8,  # 20.6 ms / 1394 kernels: the step is entirely launch-bound
-            # (2.87 ms - ~0.1 ms of bytes) / 1394 nodes ≈ 2 µs, the top of §5's range:
-            # every node is a tiny unfused kernel that is almost all fixed cost.
+            # (2.87 ms - ~0.1 ms of bytes) / 1394 nodes ≈ 2 µs, the top of the quoted
+            # range: every node is a tiny unfused kernel that is almost all fixed cost.
             node_us=2.0,
         ),
-        # SmolLM2-135M config (§6): 30 layers, hidden 576, 9 query / 3 KV heads of 64,
+        # SmolLM2-135M config: 30 layers, hidden 576, 9 query / 3 KV heads of 64,
         # MLP 1536, vocabulary 49152, tied head. Unfused RMSNorm, rotary and the cache
         # update make ~46 kernels a layer: 11 counted by kind plus 35 small ones, and 11
-        # for the argmax tail, 1394 in all as measured.
+        # for the argmax tail, 1394 in all, the count of that timing.
         kernels=_llama_kernels(**_SMOLLM2_135M),
         reference_ms={1: (20.6, 2.87)},
         shape=_SMOLLM2_135M,
