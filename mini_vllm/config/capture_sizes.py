@@ -4,6 +4,30 @@ vLLM counterpart: vllm/config/vllm.py (`VllmConfig._set_cudagraph_sizes`, the
 default ladder) and the padding lookup of vllm/v1/cudagraph_dispatcher.py. The
 accounting helpers (padding waste, ladder cost) are the course's own: they answer
 "why is my batch of 33 running at 40?" and "how many graphs are worth capturing?".
+
+`default_capture_sizes` and `normalize_capture_sizes` follow an earlier, simpler vLLM
+ladder: 1, 2, 4, every 8 below 256, every 16 from 256, up to
+min(2 * max_num_seqs, 512, max_num_batched_tokens); a user's list de-duplicated, cut at
+max_num_batched_tokens and sorted. vLLM at the pinned commit 9aaf83e
+(`_set_cudagraph_sizes`) adds four rules that mini_vllm leaves out:
+https://github.com/vllm-project/vllm/blob/9aaf83ef502fc37bc647f6e474314d48ba36cd1c/vllm/config/vllm.py#L1584-L1754
+
+- the default largest size is min(2 * max_num_seqs * q, 512), q = 1 +
+  num_speculative_tokens being a decode request's query length (lines 1637-1646);
+- max_num_batched_tokens becomes a rung of the default ladder when it is at most the
+  largest size and not one already, so the largest batch the scheduler can form has a
+  graph (lines 1688-1693);
+- with performance_mode="interactivity" the default ladder starts with every size from
+  1 to min(largest, 32) instead of 1, 2, 4 (lines 1669-1673);
+- under sequence parallelism only multiples of the tensor-parallel size are kept
+  (lines 1697-1703).
+
+Later, when decode runs in FULL graphs and q > 1, every size is rounded up to a
+multiple of q and sizes past the largest are dropped
+(`CompilationConfig.adjust_cudagraph_sizes_for_spec_decode`):
+https://github.com/vllm-project/vllm/blob/9aaf83ef502fc37bc647f6e474314d48ba36cd1c/vllm/config/compilation.py#L1464-L1509
+`padded_size` bisects the ladder where vLLM's dispatcher reads a table precomputed for
+every token count; the rung is the same.
 """
 
 from __future__ import annotations

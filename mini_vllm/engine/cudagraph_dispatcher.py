@@ -3,6 +3,31 @@
 vLLM counterpart: vllm/v1/cudagraph_dispatcher.py (`CudagraphDispatcher`). The keys
 built at start-up are the only graphs that may ever be captured or replayed; at run
 time `dispatch` pads the batch to a rung and looks its key up in a fixed order.
+
+This class follows an earlier vLLM design: a mixed mode's keys hold the token count
+only (the relaxed key, `BatchDescriptor.relax_for_mixed_batch_cudagraphs`) under FULL
+as under PIECEWISE, so `dispatch` tries the exact FULL key, the relaxed FULL key and the
+relaxed PIECEWISE key, in that order, and a `disable_full` flag keeps a batch off FULL
+graphs. vLLM at the pinned commit 9aaf83e differs:
+
+- A mixed mode's FULL keys keep their request count, min(rung, max_num_seqs), because
+  some attention backends build a full graph's metadata from it; only PIECEWISE keys are
+  relaxed, with `dataclasses.replace` (the mixed-mode block of `initialize_cudagraph_keys`):
+  https://github.com/vllm-project/vllm/blob/9aaf83ef502fc37bc647f6e474314d48ba36cd1c/vllm/v1/cudagraph_dispatcher.py#L193-L207
+- `dispatch` builds one padded descriptor and tries it among the FULL keys, then its
+  relaxed form among the PIECEWISE keys: there is no relaxed FULL lookup. A caller
+  passes sets of `valid_modes` / `invalid_modes` (cascade attention: `{FULL}`) instead
+  of a flag:
+  https://github.com/vllm-project/vllm/blob/9aaf83ef502fc37bc647f6e474314d48ba36cd1c/vllm/v1/cudagraph_dispatcher.py#L239-L328
+- A key also carries `has_lora` and `num_active_loras` (graphs per number of active LoRA
+  adapters); the decode query length is 1 + num_speculative_tokens; and the rung comes
+  from a table precomputed for every token count (`_compute_bs_to_padded_graph_size`)
+  rather than from a bisection of the ladder:
+  https://github.com/vllm-project/vllm/blob/9aaf83ef502fc37bc647f6e474314d48ba36cd1c/vllm/v1/cudagraph_dispatcher.py#L76-L113
+
+For the modes mini_vllm supports, both designs send the same batches to the same
+runtime mode; under FULL alone a mixed batch's key differs (relaxed here, with its
+request count there).
 """
 
 from __future__ import annotations
