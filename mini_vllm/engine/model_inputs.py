@@ -54,6 +54,7 @@ class ModelInputs:
     def num_reqs(self) -> int:
         return len(self.query_lens)
 
+    # ANCHOR: query_start_loc
     @property
     def query_start_loc(self) -> list[int]:
         """Where each row's tokens start in the flat arrays, plus the end: [0, q0, q0+q1, ...]."""
@@ -61,6 +62,7 @@ class ModelInputs:
         for q in self.query_lens:
             starts.append(starts[-1] + q)
         return starts
+        # ANCHOR_END: query_start_loc
 
 
 # ANCHOR: prepare_inputs
