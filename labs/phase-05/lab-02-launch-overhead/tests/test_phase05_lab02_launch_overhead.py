@@ -183,7 +183,7 @@ def test_speedup_falls_as_the_batch_grows(preset):
 
 @pytest.mark.step3
 @pytest.mark.parametrize("batch", sorted(LLAMA_TABLE))
-def test_llama_preset_reproduces_the_table_speedup_within_15_percent(batch):
+def test_llama_preset_fits_the_articles_speedups_within_15_percent(batch):
     eager_ms, graph_ms = LLAMA_TABLE[batch]
     assert impl.simulate_step(LLAMA, batch).speedup == pytest.approx(eager_ms / graph_ms, rel=0.15)
 
@@ -198,7 +198,7 @@ def test_llama_preset_step_times_are_roughly_the_table_milliseconds(batch):
 
 
 @pytest.mark.step3
-def test_smollm2_preset_reproduces_our_h100_measurement():
+def test_smollm2_preset_keeps_its_illustrative_timing():
     result = impl.simulate_step(SMOLLM2, 1)
     assert result.eager_launches == 1394
     assert result.graph_launches == 1
