@@ -5,6 +5,7 @@
 # of scripts/gpu/ once (each checks that it still runs; their numbers are in the reports).
 #
 #     bash scripts/gpu/suite.sh [OUT]        # logs and reports into OUT (default: out/gpu)
+#     GPU_SUITE_SKIP_SCRIPTS=1 bash scripts/gpu/suite.sh OUT   # without the measuring scripts
 #
 # Exit status: that of the tests, or of the first step after them that failed.
 set -euo pipefail
@@ -15,8 +16,10 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -m mini_vllm doctor > "$OUT/doctor.txt" || true  # informative: the weights package may be absent
 python3 -m pytest -m gpu --require-gpu -p no:cacheprovider -q -rs tests labs --impl=ref 2>&1 | tee "$OUT/gpu-suite.log" | tail -5
-python3 scripts/gpu/run_notebook_cells.py notebooks/phase-05-cuda-graphs.ipynb > "$OUT/notebook-phase-05-cuda-graphs.log" 2>&1
-echo "notebook phase-05-cuda-graphs: every cell ran (log: $OUT/notebook-phase-05-cuda-graphs.log)"
+python3 scripts/gpu/run_notebook_cells.py notebooks/phase-05-cuda-graphs.ipynb \
+  --write-outputs "$OUT/phase-05-cuda-graphs.ipynb" > "$OUT/notebook-phase-05-cuda-graphs.log" 2>&1
+echo "notebook phase-05-cuda-graphs: every cell ran; executed copy: $OUT/phase-05-cuda-graphs.ipynb"
+[ "${GPU_SUITE_SKIP_SCRIPTS:-0}" = 1 ] && exit 0  # the tests and the notebook only
 for script in host_launch_costs gemv_tiles split_decode graph_launch_cost step_profile host_profile; do
   python3 "scripts/gpu/$script.py" --out "$OUT" > "$OUT/$script.log" 2>&1
   echo "scripts/gpu/$script.py: ran (report: $OUT/$script.txt)"
