@@ -109,9 +109,9 @@ def test_no_script_reaches_into_mini_vllms_private_names(script):
     assert not private, f"{_rel(script)} uses private names of mini_vllm: {private}"
 
 
-def test_scripts_are_only_setup_figures_and_gpu_measurements():
+def test_scripts_are_only_setup_figures_notebooks_and_gpu_measurements():
     top = sorted(p.name for p in (ROOT / "scripts").iterdir() if p.name != "__pycache__")
-    assert top == ["bootstrap.py", "figures", "gpu"], top
+    assert top == ["bootstrap.py", "execute_notebooks.py", "figures", "gpu"], top
     assert not [p for p in SCRIPTS if re.search(r"final|_ab\b|variants", p.stem)], (
         "a run log crept back in"
     )
