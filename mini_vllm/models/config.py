@@ -9,6 +9,8 @@ Named shapes (`get_model_config(name)`):
 - ``tiny``: a toy model for fast tests (random weights; byte-sized vocabulary).
 - ``smollm2-135m``: the real SmolLM2-135M shape (COURSE_SPEC section 6).
 - ``llama-3.2-1b-like``: the Llama-3.2-1B shape, for GPU performance work.
+- ``llama-3.1-8b-like``: the Llama-3.1-8B shape (16 GB in bf16), for the GPU measurements
+  of mini_vllm/bench/factcheck.py.
 """
 
 from __future__ import annotations
@@ -213,6 +215,14 @@ MODEL_CONFIGS: dict[str, LlamaConfig] = {
         num_attention_heads=32, num_key_value_heads=8, head_dim=64, rms_norm_eps=1e-5,
         rope_theta=500000.0, max_position_embeddings=8192, tie_word_embeddings=True,
         bos_token_id=128000, eos_token_id=128001, name="llama-3.2-1b-like",
+    ),
+    # Llama-3.1-8B's shape (8.03e9 parameters, untied head), likewise without its RoPE
+    # rescaling: GPU measurements at the size most published decode numbers are for.
+    "llama-3.1-8b-like": LlamaConfig(
+        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-5,
+        rope_theta=500000.0, max_position_embeddings=8192, tie_word_embeddings=False,
+        bos_token_id=128000, eos_token_id=128001, name="llama-3.1-8b-like",
     ),
 }
 # fmt: on
