@@ -34,7 +34,7 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def test_named_configs_and_unknown_name():
-    assert set(MODEL_CONFIGS) == {"tiny", "smollm2-135m", "llama-3.2-1b-like"}
+    assert set(MODEL_CONFIGS) == {"tiny", "smollm2-135m", "llama-3.2-1b-like", "llama-3.1-8b-like"}
     tiny = get_model_config("tiny")
     assert tiny.num_attention_heads == 4 and tiny.num_key_value_heads == 2  # GQA groups of 2
     smol = get_model_config("smollm2-135m")

