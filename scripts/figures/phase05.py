@@ -882,7 +882,7 @@ def padding_waste_figure(trace: Sequence[int] | None = None) -> Figure:
     ax_h.text(
         ax_h.get_xlim()[1],
         92.6,
-        "healthy above 92% ",
+        "a case study: healthy above 92% ",
         color=_GRAPH_COLOR,
         fontsize=7,
         ha="right",
@@ -892,7 +892,7 @@ def padding_waste_figure(trace: Sequence[int] | None = None) -> Figure:
     ax_h.text(
         ax_h.get_xlim()[1],
         84.4,
-        "alert below 85% ",
+        "its alert below 85% ",
         color=_EAGER_COLOR,
         fontsize=7,
         ha="right",

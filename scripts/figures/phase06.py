@@ -152,7 +152,7 @@ def ladder_tradeoff_figure(max_graphs: int = 12, min_hit_rate: float = 0.92) -> 
         fontsize=8,
         color=_TAIL_COLOR,
     )
-    left.text(max_graphs, 85 - 7, "alert 85%", ha="right", fontsize=8, color=_TAIL_COLOR)
+    left.text(max_graphs, 85 - 7, "case study's alert 85%", ha="right", fontsize=8, color=_TAIL_COLOR)
     left.set_ylim(0, 105)
     left.set_xlabel("graphs captured (rungs)")
     left.set_ylabel("decode graph hit rate (%)")
