@@ -14,8 +14,8 @@ How it works:
 - A handler calls `generate(...)`, an async generator. It puts an "add" command on the
   command queue and awaits its own `asyncio.Queue`. The engine thread takes the commands
   between two steps, steps the engine, and hands each request the tokens the step produced
-  with `loop.call_soon_threadsafe(queue.put_nowait, delta)`: the only way another thread
-  may touch an asyncio queue.
+  with `loop.call_soon_threadsafe(...)`, the only way another thread may touch an asyncio
+  queue: one call a step for all the requests of an event loop, not one a request.
 - A handler that stops listening (the client disconnected, or the handler was cancelled)
   closes the generator, whose `finally` sends an "abort" command: the engine ends the
   request and frees its KV blocks at the next turn of the loop.
@@ -62,8 +62,15 @@ class _Add:
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
-    deliver: Callable[[RequestOutputDelta], None]
+    loop: asyncio.AbstractEventLoop  # the handler's loop, and its queue for this request
+    queue: asyncio.Queue
     arrival: float  # time.monotonic() when the HTTP request came in
+
+
+def _put_all(items: list[tuple[asyncio.Queue, RequestOutputDelta]]) -> None:
+    """Runs in the event loop: one turn of the engine loop's deltas into their queues."""
+    for deltas, delta in items:
+        deltas.put_nowait(delta)
 
 
 @dataclass
@@ -111,6 +118,9 @@ class AsyncLLM:
         self._closed = False
         self._closing_lock = threading.Lock()
         self._live: dict[str, _LiveRequest] = {}  # the engine thread's alone
+        # Deltas of this turn of the engine loop, by event loop: handed over in one call each
+        # (one wake-up of the event loop a step, not one a request).
+        self._outbox: dict[asyncio.AbstractEventLoop, list] = {}
         self._thread = threading.Thread(target=self._run, name="mini_vllm-engine", daemon=True)
 
     # -- life cycle ----------------------------------------------------------------------
@@ -156,18 +166,11 @@ class AsyncLLM:
         """
         loop = asyncio.get_running_loop()
         deltas: asyncio.Queue[RequestOutputDelta] = asyncio.Queue()
-
-        def deliver(delta: RequestOutputDelta) -> None:  # runs in the engine thread
-            try:
-                loop.call_soon_threadsafe(deltas.put_nowait, delta)
-            except RuntimeError:  # the event loop is closed: nobody listens any more
-                pass
-
         arrival = time.monotonic() if arrival is None else arrival
         with self._closing_lock:
             closed = self._closed
             if not closed:
-                add = _Add(request_id, list(prompt_token_ids), params, deliver, arrival)
+                add = _Add(request_id, list(prompt_token_ids), params, loop, deltas, arrival)
                 self._commands.put(add)
         if closed:
             why = self.startup_error or "the server is shutting down"
@@ -177,6 +180,14 @@ class AsyncLLM:
         try:
             while not finished:
                 delta = await deltas.get()
+                # Behind (the client reads slower than the engine steps)? Take every delta
+                # waiting as one: fewer, larger chunks, as vLLM's RequestOutputCollector.
+                while delta.finish_reason is None and not deltas.empty():
+                    later = deltas.get_nowait()
+                    tokens = delta.new_token_ids + later.new_token_ids
+                    delta = RequestOutputDelta(
+                        tokens, later.finish_reason, later.error, later.status_code
+                    )
                 finished = delta.finish_reason is not None
                 yield delta
         finally:
@@ -225,6 +236,19 @@ class AsyncLLM:
                 return
             if engine.has_unfinished_requests():
                 self._step(llm)
+            self._flush()
+
+    def _send(self, add: _Add, delta: RequestOutputDelta) -> None:
+        self._outbox.setdefault(add.loop, []).append((add.queue, delta))
+
+    def _flush(self) -> None:
+        """Hand this turn's deltas to their event loops, one call (one wake-up) per loop."""
+        outbox, self._outbox = self._outbox, {}
+        for loop, items in outbox.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:  # that event loop is closed: nobody listens any more
+                pass
 
     def _take_commands(self, engine, wait: bool) -> bool:
         """Apply every queued command (waiting for one when the engine is idle); False: stop."""
@@ -248,7 +272,7 @@ class AsyncLLM:
         try:
             seq = engine.add_request(add.prompt_token_ids, add.params)
         except UserError as exc:  # the handlers check first; this is the last line
-            add.deliver(RequestOutputDelta([], "error", str(exc), 400))
+            self._send(add, RequestOutputDelta([], "error", str(exc), 400))
             return
         self._live[add.request_id] = _LiveRequest(add, seq)
 
@@ -275,7 +299,7 @@ class AsyncLLM:
             )
             for live in held:
                 self._live.pop(live.add.request_id, None)
-                live.add.deliver(RequestOutputDelta([], "error", message, 500))
+                self._send(live.add, RequestOutputDelta([], "error", message, 500))
                 if self.metrics is not None:
                     self.metrics.on_finished("error", None)
             if self.metrics is not None:
@@ -302,21 +326,21 @@ class AsyncLLM:
                 live.num_sent += len(new)
                 live.last_token_time = now
             if not seq.is_finished:
-                live.add.deliver(RequestOutputDelta(new))
+                self._send(live.add, RequestOutputDelta(new))
                 continue
             del self._live[request_id]
             reason = seq.finish_reason.value
             if reason == "error":  # a request the engine can never serve (the handlers check)
-                live.add.deliver(RequestOutputDelta(new, "error", seq.error, 400))
+                self._send(live.add, RequestOutputDelta(new, "error", seq.error, 400))
             else:
-                live.add.deliver(RequestOutputDelta(new, reason))
+                self._send(live.add, RequestOutputDelta(new, reason))
             if self.metrics is not None:
                 self.metrics.on_finished(reason, now - live.add.arrival)
 
     def _drain_after_stop(self, message: str) -> None:
         """Fail what is still in the engine or on the queue: nobody will step them now."""
         for live in self._live.values():
-            live.add.deliver(RequestOutputDelta([], "error", message, 503))
+            self._send(live.add, RequestOutputDelta([], "error", message, 503))
         self._live.clear()
         with self._closing_lock:
             self._closed = True
@@ -324,6 +348,7 @@ class AsyncLLM:
                 try:
                     command = self._commands.get_nowait()
                 except queue.Empty:
-                    return
+                    break
                 if isinstance(command, _Add):
-                    command.deliver(RequestOutputDelta([], "error", message, 503))
+                    self._send(command, RequestOutputDelta([], "error", message, 503))
+        self._flush()
