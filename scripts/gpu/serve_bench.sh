@@ -6,7 +6,7 @@
 #
 #     bash scripts/gpu/serve_bench.sh [OUT]      # default OUT: out/serve-bench
 #
-# Writes OUT/serve-<config>.{md,json,png,log} and OUT/serve-cuda.md, the table of P50/P99
+# Writes OUT/serve-<config>.{md,json,png,log} ('+' in a configuration's name becomes '_') and OUT/serve-cuda.md, the table of P50/P99
 # ITL, TTFT and throughput per configuration and rate, with the warm-up, capture time and
 # graph memory of the default capture ladder (max_num_seqs 16: sizes 1 to 32). About 6
 # minutes on an H100 (the compiled server warms up in about a minute); a configuration is
@@ -67,6 +67,7 @@ results=()
 for config in "${CONFIGS[@]}"; do
   label="${config%%|*}"
   flags="${config#*|}"
+  stem="serve-${label//+/_}"  # file names without '+'
   if [ $((SECONDS - START)) -gt 280 ]; then
     say "skipping $label: the 8-minute budget would not hold it"
     status=1
@@ -78,14 +79,14 @@ for config in "${CONFIGS[@]}"; do
     --device "$DEVICE" $flags $EXTRA --num-prompts "$PROMPTS" --random-input-len "$IN_LEN" \
     --random-output-len "$OUT_LEN" --random-range-ratio 0.5 --ignore-eos \
     --request-rate "$RATES" --label "$label" --server-timeout 120 --request-timeout 60 \
-    --output "$OUT/serve-$label.md" --save-json "$OUT/serve-$label.json" \
-    > "$OUT/serve-$label.log" 2>&1; then
-    grep -E "^(server ready|run:|  [0-9]+ done)" "$OUT/serve-$label.log" | sed 's/^/    /'
-    results+=("$OUT/serve-$label.json")
+    --output "$OUT/$stem.md" --save-json "$OUT/$stem.json" \
+    > "$OUT/$stem.log" 2>&1; then
+    grep -E "^(server ready|run:|  [0-9]+ done)" "$OUT/$stem.log" | sed 's/^/    /'
+    results+=("$OUT/$stem.json")
   else
     code=$?
-    say "$label FAILED (status $code$([ $code = 124 ] && echo ', timed out')); the end of $OUT/serve-$label.log:"
-    tail -15 "$OUT/serve-$label.log" | sed 's/^/    /'
+    say "$label FAILED (status $code$([ $code = 124 ] && echo ', timed out')); the end of $OUT/$stem.log:"
+    tail -15 "$OUT/$stem.log" | sed 's/^/    /'
     status=1
   fi
 done
