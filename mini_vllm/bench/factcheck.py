@@ -2270,6 +2270,4 @@ def recompile_examples(lengths: Sequence[int] = tuple(range(1, 11))) -> list[Rec
 
 
 if __name__ == "__main__":
-    from mini_vllm.bench.factcheck import worker_main as _main
-
-    sys.exit(_main(sys.argv[1:]))
+    sys.exit(worker_main(sys.argv[1:]))
