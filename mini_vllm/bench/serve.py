@@ -155,6 +155,7 @@ async def send_request(
                 text = (await response.aread()).decode(errors="replace")
                 result.error = f"HTTP {response.status_code}: {text[:300]}"
                 return result
+            # ANCHOR: stream_timing
             async for line in response.aiter_lines():
                 if not line.startswith("data: "):
                     continue
@@ -178,6 +179,7 @@ async def send_request(
                     else:
                         result.itl.append(now - last)
                     last, tokens = now, tokens + new
+            # ANCHOR_END: stream_timing
     except Exception as exc:  # a refused or broken connection fails this request only
         result.error = f"{type(exc).__name__}: {exc}"
         return result
@@ -221,6 +223,7 @@ async def _run_load(
             log(f"  {done}/{len(requests)} requests done")
         return result
 
+    # ANCHOR: arrivals
     async with httpx.AsyncClient(timeout=httpx.Timeout(timeout), limits=limits) as client:
         start = time.perf_counter()
         tasks = []
@@ -230,6 +233,7 @@ async def _run_load(
                 await asyncio.sleep(rng.exponential(1.0 / request_rate))
         results = await asyncio.gather(*tasks)
         duration = time.perf_counter() - start
+    # ANCHOR_END: arrivals
     return list(results), duration
 
 
@@ -306,6 +310,7 @@ def scrape_metrics(text: str) -> dict[str, float]:
     return values
 
 
+# ANCHOR: server_delta
 def server_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, object]:
     """What the server did during one run, from two scrapes of its /metrics."""
 
@@ -332,6 +337,9 @@ def server_delta(before: dict[str, float], after: dict[str, float]) -> dict[str,
         "num_graphs": after.get("mini_vllm:cudagraph_num_graphs"),
         "warmup_seconds": after.get("mini_vllm:warmup_seconds"),
     }
+
+
+# ANCHOR_END: server_delta
 
 
 # -- a server of our own ------------------------------------------------------------------------

@@ -152,6 +152,7 @@ class AsyncLLM:
 
     # -- what the handlers call ----------------------------------------------------------
 
+    # ANCHOR: generate
     async def generate(
         self,
         request_id: str,
@@ -194,12 +195,15 @@ class AsyncLLM:
             if not finished:
                 self.abort(request_id)
 
+    # ANCHOR_END: generate
+
     def abort(self, request_id: str) -> None:
         """End the request and free its blocks (at the next turn of the engine loop)."""
         self._commands.put(_Abort(request_id))
 
     # -- the engine thread ---------------------------------------------------------------
 
+    # ANCHOR: warmup
     def _run(self) -> None:
         start = time.perf_counter()
         try:
@@ -228,6 +232,9 @@ class AsyncLLM:
             self._done.set()
             self._drain_after_stop("the server is shutting down; send the request again later")
 
+    # ANCHOR_END: warmup
+
+    # ANCHOR: engine_loop
     def _loop(self, llm: LLM) -> None:
         engine = llm.engine
         while True:
@@ -249,6 +256,8 @@ class AsyncLLM:
                 loop.call_soon_threadsafe(_put_all, items)
             except RuntimeError:  # that event loop is closed: nobody listens any more
                 pass
+
+    # ANCHOR_END: engine_loop
 
     def _take_commands(self, engine, wait: bool) -> bool:
         """Apply every queued command (waiting for one when the engine is idle); False: stop."""
@@ -276,6 +285,7 @@ class AsyncLLM:
             return
         self._live[add.request_id] = _LiveRequest(add, seq)
 
+    # ANCHOR: abort
     def _abort(self, engine, request_id: str) -> None:
         live = self._live.pop(request_id, None)
         if live is None:  # finished already, or never added
@@ -284,6 +294,8 @@ class AsyncLLM:
         if self.metrics is not None:
             self.metrics.on_finished("abort", None)
         logger.info("request %s aborted (its client went away); its blocks are free", request_id)
+
+    # ANCHOR_END: abort
 
     def _step(self, llm: LLM) -> None:
         engine = llm.engine
@@ -309,6 +321,7 @@ class AsyncLLM:
         if self.metrics is not None:
             self.metrics.record_step(llm)
 
+    # ANCHOR: hand_out_tokens
     def _hand_out_tokens(self, now: float) -> None:
         for request_id, live in list(self._live.items()):
             seq = live.seq
@@ -336,6 +349,8 @@ class AsyncLLM:
                 self._send(live.add, RequestOutputDelta(new, reason))
             if self.metrics is not None:
                 self.metrics.on_finished(reason, now - live.add.arrival)
+
+    # ANCHOR_END: hand_out_tokens
 
     def _drain_after_stop(self, message: str) -> None:
         """Fail what is still in the engine or on the queue: nobody will step them now."""

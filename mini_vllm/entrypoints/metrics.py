@@ -30,12 +30,14 @@ __all__ = ["PREFIX", "PrometheusStatLogger"]
 
 PREFIX = "mini_vllm:"
 
+# ANCHOR: buckets
 _TTFT_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75]
 _TTFT_BUCKETS += [1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0]
 _ITL_BUCKETS = [0.0005, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025]
 _ITL_BUCKETS += [0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0]
 _E2E_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0]
 _E2E_BUCKETS += [20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0]
+# ANCHOR_END: buckets
 RUNTIME_MODES = ("NONE", "PIECEWISE", "FULL")
 FINISH_REASONS = ("stop", "length", "abort", "error")
 
@@ -153,6 +155,7 @@ class PrometheusStatLogger:
 
     # -- called once the engine is up ----------------------------------------------------
 
+    # ANCHOR: on_engine_ready
     def on_engine_ready(self, llm: LLM, warmup_seconds: float) -> None:
         engine = llm.engine
         scheduler, blocks, stats = engine.scheduler, engine.block_manager, engine.stats
@@ -168,8 +171,11 @@ class PrometheusStatLogger:
             self.cudagraph_num_graphs.set(report.num_graphs)
         self.warmup_seconds.set(warmup_seconds)
 
+    # ANCHOR_END: on_engine_ready
+
     # -- called by the engine thread -----------------------------------------------------
 
+    # ANCHOR: record_step
     def record_step(self, llm: LLM) -> None:
         """After a step: the engine's counters, as increments since the last call."""
         stats = llm.engine.stats
@@ -182,6 +188,9 @@ class PrometheusStatLogger:
             self.engine_steps[mode].inc(count - self._seen_steps[mode])
             self._seen_steps[mode] = count
 
+    # ANCHOR_END: record_step
+
+    # ANCHOR: on_tokens
     def on_tokens(self, num_prompt_tokens: int, num_new: int, first: bool, gap: float) -> None:
         """A request got `num_new` tokens, `gap` seconds after its arrival (the first ones)
         or after its previous tokens; the gap is shared evenly between the new tokens."""
@@ -200,3 +209,5 @@ class PrometheusStatLogger:
         self.request_success[finish_reason].inc()
         if seconds_since_arrival is not None and finish_reason in ("stop", "length"):
             self.e2e_request_latency.observe(seconds_since_arrival)
+
+    # ANCHOR_END: on_tokens

@@ -87,6 +87,7 @@ def build_app(
     completions = OpenAIServingCompletion(async_llm, served_model_name)
     chat = OpenAIServingChat(async_llm, served_model_name, chat_template)
 
+    # ANCHOR: lifespan
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async_llm.start()
@@ -95,6 +96,8 @@ def build_app(
         finally:
             # Off the event loop: the step in progress may take a while to finish.
             await asyncio.to_thread(async_llm.shutdown)
+
+    # ANCHOR_END: lifespan
 
     app = FastAPI(title="mini_vllm", lifespan=lifespan)
     app.state.async_llm = async_llm
@@ -122,6 +125,7 @@ def build_app(
         logger.exception("the server failed on a request")
         return _error(f"the server failed: {type(exc).__name__}: {exc}", 500)
 
+    # ANCHOR: health
     @app.get("/health")
     async def health() -> JSONResponse:
         if async_llm.is_ready:
@@ -133,6 +137,8 @@ def build_app(
         else:
             body = {"status": "warming up: loading, compiling, capturing CUDA graphs"}
         return JSONResponse(body, status_code=503)
+
+    # ANCHOR_END: health
 
     @app.get("/metrics")
     async def prometheus_metrics() -> Response:

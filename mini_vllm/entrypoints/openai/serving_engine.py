@@ -145,6 +145,7 @@ async def merge_async_iterators(
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+# ANCHOR: run_until_disconnected
 async def _wait_for_disconnect(request: Request) -> None:
     while True:
         message = await request.receive()
@@ -168,6 +169,9 @@ async def run_until_disconnected(work: Awaitable[Any], request: Request) -> tupl
     if task.cancelled():
         return False, None
     return True, task.result()
+
+
+# ANCHOR_END: run_until_disconnected
 
 
 class OpenAIServing:
