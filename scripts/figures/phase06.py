@@ -1,22 +1,28 @@
 #!/usr/bin/env python3
-"""Draw the figures of the Phase 06 chapter from the recorded run and mini_vllm.bench.ladder.
+"""Draw the figures of the Phase 06 chapter from recorded runs and mini_vllm.bench.ladder.
 
     .venv/bin/python scripts/figures/phase06.py              # all figures into book/src/figures/
-    .venv/bin/python scripts/figures/phase06.py --only ladder-tradeoff.png --out-dir /tmp
+    .venv/bin/python scripts/figures/phase06.py --only serve-itl-h100.png --out-dir /tmp
 
-The numbers come from the run recorded in labs/phase-06/lab-01-capture-ladder/data/trace.json
-(the tiny model served on CPU by the engine; regenerate it with the command stored in
-the file) and from `mini_vllm.bench.ladder`. Reading a recorded run rather than timing a new
-one keeps the PNGs deterministic. Same pattern as scripts/figures/phase05.py: one function
-per figure returning a `matplotlib.figure.Figure`, a fixed style, and a `FIGURES` dict.
+Two sources, both committed, so the PNGs are deterministic:
+- the run recorded in labs/phase-06/lab-01-capture-ladder/data/trace.json (the tiny model
+  served on CPU by the engine; regenerate it with the command stored in the file), read with
+  `mini_vllm.bench.ladder`, for the TTFT/ITL and ladder figures;
+- the serving benchmark of benchmarks/results/serve-cuda-h100.md (`bash
+  scripts/gpu/serve_bench.sh` on an H100), whose table this script parses, for the ITL of
+  eager, CUDA graphs and compiled + async under load.
+Same pattern as scripts/figures/phase05.py: one function per figure returning a
+`matplotlib.figure.Figure`, a fixed style, and a `FIGURES` dict.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 from figurekit import ROOT, styled  # also puts the checkout on sys.path
@@ -33,13 +39,17 @@ from mini_vllm.bench.ladder import (
 __all__ = [
     "FIGURES",
     "TRACE_FILE",
+    "SERVE_RESULTS",
     "ladder_tradeoff_figure",
     "recorded_run",
+    "serve_itl_figure",
+    "serve_table",
     "trace_ladder_figure",
     "ttft_vs_itl_figure",
 ]
 
 TRACE_FILE = ROOT / "labs" / "phase-06/lab-01-capture-ladder" / "data" / "trace.json"
+SERVE_RESULTS = ROOT / "benchmarks" / "results" / "serve-cuda-h100.md"
 GRAPH_BUDGET = 6  # the budget the chapter uses: as many rungs as powers of two up to 32
 _CHOSEN_COLOR = "#2471a3"
 _NAIVE_COLOR = "#c0392b"
@@ -152,7 +162,9 @@ def ladder_tradeoff_figure(max_graphs: int = 12, min_hit_rate: float = 0.92) -> 
         fontsize=8,
         color=_TAIL_COLOR,
     )
-    left.text(max_graphs, 85 - 7, "case study's alert 85%", ha="right", fontsize=8, color=_TAIL_COLOR)
+    left.text(
+        max_graphs, 85 - 7, "case study's alert 85%", ha="right", fontsize=8, color=_TAIL_COLOR
+    )
     left.set_ylim(0, 105)
     left.set_xlabel("graphs captured (rungs)")
     left.set_ylabel("decode graph hit rate (%)")
@@ -260,9 +272,92 @@ def ttft_vs_itl_figure() -> Figure:
     return fig
 
 
+def serve_table(path: str | Path = SERVE_RESULTS) -> list[dict[str, str]]:
+    """The rows of the results file's first table (configuration x request rate), as
+    {column header: cell}; the table whose header starts with `| configuration | rate`."""
+    rows: list[dict[str, str]] = []
+    header: list[str] | None = None
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.startswith("|"):
+            if header is not None and rows:
+                break  # the end of the first table
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            if cells[:2] == ["configuration", "rate (req/s)"]:
+                header = cells
+        elif not re.fullmatch(r"-+", cells[0]):
+            rows.append(dict(zip(header, cells)))
+    if not rows:
+        raise ValueError(f"{path}: no table with the columns configuration, rate (req/s)")
+    return rows
+
+
+_SERVE_COLORS = {"eager": _NAIVE_COLOR, "full_and_piecewise": _CHOSEN_COLOR}
+_SERVE_NAMES = {
+    "eager": "eager",
+    "full_and_piecewise": "CUDA graphs (FULL_AND_PIECEWISE)",
+    "compile+full_and_piecewise+async": "compiled + graphs + async",
+}
+
+
+@styled
+def serve_itl_figure(path: str | Path = SERVE_RESULTS) -> Figure:
+    """ITL P50 and P99 of each configuration at each request rate, from the H100 serving
+    benchmark: solid bars the P50, the light bar behind each the P99 (log scale)."""
+    rows = serve_table(path)
+    configs = list(dict.fromkeys(r["configuration"] for r in rows))
+    rates = list(dict.fromkeys(r["rate (req/s)"] for r in rows))
+    cell = {(r["configuration"], r["rate (req/s)"]): r for r in rows}
+    fig = Figure(figsize=(7.6, 4.2))
+    ax = fig.add_subplot()
+    width = 0.8 / len(configs)
+    for i, config in enumerate(configs):
+        color = _SERVE_COLORS.get(config, "#1e8449")
+        xs, p50, p99, shown = [], [], [], []
+        for k, rate in enumerate(rates):
+            row = cell.get((config, rate))
+            if row is None:
+                continue
+            xs.append(k + (i - (len(configs) - 1) / 2) * width)
+            p50.append(float(row["ITL P50 ms"]))
+            p99.append(float(row["ITL P99 ms"]))
+            shown.append((row["ITL P50 ms"], row["ITL P99 ms"]))  # as the file writes them
+        name = _SERVE_NAMES.get(config, config)
+        ax.bar(xs, p99, width * 0.9, color=color, alpha=0.3, label=f"{name}: P99")
+        ax.bar(xs, p50, width * 0.9, color=color, label=f"{name}: P50")
+        for x, a, b, (a_text, b_text) in zip(xs, p50, p99, shown):
+            ax.text(x, a * 1.08, a_text, ha="center", va="bottom", fontsize=7)
+            ax.text(x, b * 1.08, b_text, ha="center", va="bottom", fontsize=7, color="#555555")
+    ax.axhline(230, color=_TAIL_COLOR, lw=1, ls="--")
+    ax.text(
+        len(rates) - 0.5,
+        230 * 2.4,
+        "dashed: a step that admits a prompt, run without a graph, about 230 ms",
+        ha="right",
+        va="bottom",
+        fontsize=7,
+        color=_TAIL_COLOR,
+    )
+    ax.set_yscale("log")
+    ax.set_ylim(0.5, 1500)
+    ax.set_xticks(range(len(rates)))
+    ax.set_xticklabels([f"{r} requests/s" if r != "inf" else "all at once (inf)" for r in rates])
+    ax.set_xlabel("request rate (Poisson arrivals, 100 requests)")
+    ax.set_ylabel("inter-token latency (ms, log scale)")
+    ax.set_title("Served on an H100 (SmolLM2-135M shape): ITL P50 (solid) and P99 (light)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False, fontsize=7)
+    fig.suptitle(
+        "benchmarks/results/serve-cuda-h100.md", fontsize=7, x=0.99, y=0.01, ha="right", va="bottom"
+    )
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    return fig
+
+
 FIGURES: dict[str, Callable[[], Figure]] = {
     "decode-trace-ladder.png": trace_ladder_figure,
     "ladder-tradeoff.png": ladder_tradeoff_figure,
+    "serve-itl-h100.png": serve_itl_figure,
     "ttft-vs-itl.png": ttft_vs_itl_figure,
 }
 
