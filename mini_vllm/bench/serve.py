@@ -54,10 +54,13 @@ __all__ = [
     "calculate_metrics",
     "combine_markdown",
     "format_serve_markdown",
+    "latency_percentiles",
+    "meets_slo",
     "parse_goodput",
     "parse_request_rates",
     "plot_combined",
     "plot_report",
+    "request_tpot",
     "run_serve_bench",
     "sample_requests",
     "scrape_metrics",
@@ -237,8 +240,10 @@ async def _run_load(
     return list(results), duration
 
 
-def _percentiles(values_s: list[float], percentiles: list[float]) -> dict[str, float]:
-    """Milliseconds: the mean and each percentile (0 for no values)."""
+# ANCHOR: latency_percentiles
+def latency_percentiles(values_s: list[float], percentiles: list[float]) -> dict[str, float]:
+    """Milliseconds: the mean and each percentile (0 for no values), keyed `mean`, `p50`,
+    `p99.9`...; numpy's default percentile, linear between the two closest ranks."""
     ms = np.asarray(values_s, dtype=float) * 1e3
     out = {"mean": float(ms.mean()) if ms.size else 0.0}
     for p in percentiles:
@@ -246,6 +251,38 @@ def _percentiles(values_s: list[float], percentiles: list[float]) -> dict[str, f
     return out
 
 
+# ANCHOR_END: latency_percentiles
+
+
+# ANCHOR: request_tpot
+def request_tpot(r: RequestResult) -> float:
+    """Time per output token after the first: (E2EL - TTFT) / (output tokens - 1), in seconds;
+    0.0 for a request of one token (vLLM's definition, not the mean of its ITL gaps)."""
+    return (r.latency - r.ttft) / (r.output_tokens - 1) if r.output_tokens > 1 else 0.0
+
+
+# ANCHOR_END: request_tpot
+
+
+# ANCHOR: meets_slo
+def meets_slo(r: RequestResult, slo_ms: dict[str, float]) -> bool:
+    """Whether a request met every SLO given (milliseconds, bounds included): `ttft`, `tpot`,
+    `e2el`, and `itl` against the request's largest gap. A failed request meets none."""
+    if not r.success:
+        return False
+    measured = {
+        "ttft": r.ttft,
+        "tpot": request_tpot(r),
+        "itl": max(r.itl, default=0.0),
+        "e2el": r.latency,
+    }
+    return all(measured[k] * 1e3 <= slo for k, slo in slo_ms.items())
+
+
+# ANCHOR_END: meets_slo
+
+
+# ANCHOR: calculate_metrics
 def calculate_metrics(
     results: list[RequestResult],
     duration: float,
@@ -255,24 +292,14 @@ def calculate_metrics(
     """Throughput, latency percentiles and goodput over the successful requests."""
     ok = [r for r in results if r.success]
     ttfts = [r.ttft for r in ok]
-    tpots_all = [
-        (r.latency - r.ttft) / (r.output_tokens - 1) if r.output_tokens > 1 else 0.0 for r in ok
-    ]
+    tpots_all = [request_tpot(r) for r in ok]
     itls = [gap for r in ok for gap in r.itl]
     e2els = [r.latency for r in ok]
     output_tokens = sum(r.output_tokens for r in ok)
     input_tokens = sum(r.prompt_len for r in ok)
     good = None
     if goodput_slo_ms:
-        good = 0
-        for r, tpot in zip(ok, tpots_all):
-            measured = {
-                "ttft": r.ttft,
-                "tpot": tpot,
-                "itl": max(r.itl, default=0.0),
-                "e2el": r.latency,
-            }
-            good += all(measured[k] * 1e3 <= slo for k, slo in goodput_slo_ms.items())
+        good = sum(meets_slo(r, goodput_slo_ms) for r in ok)
     return {
         "completed": len(ok),
         "failed": len(results) - len(ok),
@@ -284,11 +311,14 @@ def calculate_metrics(
         "total_token_throughput": (input_tokens + output_tokens) / duration,
         "goodput": None if good is None else good / duration,
         "num_good": good,
-        "ttft_ms": _percentiles(ttfts, percentiles),
-        "tpot_ms": _percentiles([t for t in tpots_all if t > 0], percentiles),
-        "itl_ms": _percentiles(itls, percentiles),
-        "e2el_ms": _percentiles(e2els, percentiles),
+        "ttft_ms": latency_percentiles(ttfts, percentiles),
+        "tpot_ms": latency_percentiles([t for t in tpots_all if t > 0], percentiles),
+        "itl_ms": latency_percentiles(itls, percentiles),
+        "e2el_ms": latency_percentiles(e2els, percentiles),
     }
+
+
+# ANCHOR_END: calculate_metrics
 
 
 # -- the server's view ------------------------------------------------------------------------
