@@ -116,16 +116,27 @@ class Tokenizer:
         """
         if not self.chat_template:
             raise UserError("this tokenizer has no chat template")
-        template = _compile_template(self.chat_template)
-        return template.render(
-            messages=messages,
-            add_generation_prompt=add_generation_prompt,
-            tools=None,
-            documents=None,
-            **self.special_tokens,
+        return render_chat_template(
+            self.chat_template, messages, add_generation_prompt, **self.special_tokens
         )
 
     # ANCHOR_END: chat_template
+
+
+def render_chat_template(
+    source: str,
+    messages: list[dict[str, str]],
+    add_generation_prompt: bool = True,
+    **special_tokens: str,
+) -> str:
+    """Render `messages` with the Jinja chat template `source`, as transformers does."""
+    return _compile_template(source).render(
+        messages=messages,
+        add_generation_prompt=add_generation_prompt,
+        tools=None,
+        documents=None,
+        **special_tokens,
+    )
 
 
 @lru_cache(maxsize=8)

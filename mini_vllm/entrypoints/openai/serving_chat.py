@@ -15,9 +15,7 @@ then one chunk per step with the new text, the last one with the `finish_reason`
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator
-from functools import lru_cache
 from pathlib import Path
 
 from fastapi import Request
@@ -43,6 +41,7 @@ from mini_vllm.entrypoints.openai.serving_engine import (
     sse,
 )
 from mini_vllm.errors import UserError
+from mini_vllm.tokenizer import render_chat_template
 
 __all__ = ["OpenAIServingChat", "load_chat_template"]
 
@@ -138,9 +137,7 @@ class OpenAIServingChat(OpenAIServing):
                 text = tokenizer.apply_chat_template(messages)
             else:
                 specials = getattr(tokenizer, "special_tokens", {})
-                text = _compile_template(template).render(
-                    messages=messages, add_generation_prompt=True, tools=None, **specials
-                )
+                text = render_chat_template(template, messages, True, **specials)
         except Exception as exc:  # a template's raise_exception, or a template error
             message = f"the chat template refused the messages: {exc}"
             raise ServingError(message, 400, "messages") from None
@@ -180,22 +177,3 @@ class OpenAIServingChat(OpenAIServing):
             )
             yield sse(dump(last))
         yield sse("[DONE]")
-
-
-@lru_cache(maxsize=4)
-def _compile_template(template: str):
-    """Compile as Hugging Face does: a sandboxed Jinja with trim_blocks and lstrip_blocks."""
-    import jinja2
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message: str) -> None:
-        raise jinja2.exceptions.TemplateError(message)
-
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-    )
-    env.filters["tojson"] = lambda value, indent=None: json.dumps(
-        value, ensure_ascii=False, indent=indent
-    )
-    env.globals["raise_exception"] = raise_exception
-    return env.from_string(template)
