@@ -277,3 +277,13 @@ def test_starter_given_code_matches_the_reference(lab: Path, starter: str, refer
     ]
     assert not stale, f"{lab.name}/{starter} gives code that differs from {references}: {stale}"
     assert any("NotImplementedError" in dump for dump in mine.values())
+
+
+@pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
+def test_the_readme_does_not_point_at_the_labs_own_solution(lab: Path):
+    """A lab's README links the chapter; the reference module its tests run against with
+    `--impl=ref` is the solution, read after the lab in the phase's mini build."""
+    text = (lab / "README.md").read_text()
+    modules = {m for refs in starter_references(lab).values() for m in refs}
+    named = [m for m in sorted(modules) if m.replace(".", "/") + ".py" in text]
+    assert not named, f"{lab.name}/README.md names the file of its own solution: {named}"
