@@ -287,3 +287,50 @@ def test_the_readme_does_not_point_at_the_labs_own_solution(lab: Path):
     modules = {m for refs in starter_references(lab).values() for m in refs}
     named = [m for m in sorted(modules) if m.replace(".", "/") + ".py" in text]
     assert not named, f"{lab.name}/README.md names the file of its own solution: {named}"
+
+
+def todo_functions(starter: Path) -> set[str]:
+    """The functions and methods a starter leaves to the student (they raise
+    NotImplementedError); `__init__` is left out, as every class has one."""
+    names = set()
+    for node in ast.walk(ast.parse(starter.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "__init__":
+            raises = (n for n in ast.walk(node) if isinstance(n, ast.Raise))
+            if any("NotImplementedError" in ast.unparse(n) for n in raises):
+                names.add(node.name)
+    return names
+
+
+def anchors_defining(source: Path, names: set[str]) -> set[str]:
+    """The mdBook anchors of `source` whose lines define one of `names`."""
+    found, opened = set(), {}
+    lines = source.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if start := re.search(r"ANCHOR: (\w+)", line):
+            opened[start.group(1)] = i
+        elif (end := re.search(r"ANCHOR_END: (\w+)", line)) and end.group(1) in opened:
+            body = "\n".join(lines[opened.pop(end.group(1)) : i])
+            if any(re.search(rf"def {re.escape(name)}\(", body) for name in names):
+                found.add(end.group(1))
+    return found
+
+
+@pytest.mark.parametrize("lab", LABS, ids=LAB_IDS)
+def test_the_labs_solution_is_shown_only_in_the_mini_build(lab: Path):
+    """Chapters, deep dives and exercises explain; the reference functions a lab asks for
+    are included only by the phase's mini build, the walk-through read after the lab."""
+    shown = []
+    pages = [p for p in (ROOT / "book" / "src").rglob("*.md") if p.name != "02-mini-build.md"]
+    for starter, modules in starter_references(lab).items():
+        names = todo_functions(lab / starter)
+        for module in modules:
+            source = Path(importlib.util.find_spec(module).origin)
+            relative = source.relative_to(ROOT).as_posix()
+            for anchor in anchors_defining(source, names):
+                include = re.compile(rf"\{{\{{#include [./]*{re.escape(relative)}:{anchor}\}}\}}")
+                shown += [
+                    f"{page.relative_to(ROOT)} includes {relative}:{anchor}"
+                    for page in pages
+                    if include.search(page.read_text())
+                ]
+    assert not shown, f"{lab.name}'s solution is shown before the mini build:\n" + "\n".join(shown)
