@@ -171,3 +171,31 @@ def test_an_unwritable_output_is_refused_before_measuring(command, tmp_path, mon
     for output in (blocker / "result.md", tmp_path):  # under a file; a directory
         assert main(["bench", *command, "--model", "tiny", "--output", str(output)]) == 2
         assert "--output" in capsys.readouterr().err
+
+
+def test_bench_startup_times_a_cold_and_a_warm_start(capsys):
+    """Two fresh processes on one set of caches; on CPU without compilation the phases
+    are zero, but the table and its two rows are there."""
+    code = main(
+        [
+            "bench",
+            "startup",
+            "--device",
+            "cpu",
+            "--compilation-mode",
+            "none",
+            "--cudagraph-mode",
+            "none",
+            "--no-output",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    rows = [line for line in out.splitlines() if line.startswith(("| cold |", "| warm |"))]
+    assert len(rows) == 2, out
+    assert all(float(row.split("|")[2]) > 0 for row in rows)  # seconds to the first token
+
+
+def test_bench_startup_checks_its_options_before_starting(capsys):
+    assert main(["bench", "startup", "--cudagraph-mode", "sideways", "--no-output"]) == 2
+    assert "CUDAGraphMode 'sideways'" in capsys.readouterr().err

@@ -154,15 +154,16 @@ SILU_SHAPES = [(576, 1536), (2048, 8192), (50, 333)]
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 5, 64])  # the GEMV, then two of the skinny buckets
 @pytest.mark.parametrize("out_features, in_features", NORM_SHAPES)
 @pytest.mark.parametrize("with_residual", [False, True])
-def test_rms_norm_gemv_matches_norm_then_product(out_features, in_features, with_residual):
+def test_rms_norm_gemv_matches_norm_then_product(out_features, in_features, with_residual, rows):
     from mini_vllm.layers.triton_gemv import triton_rms_norm_gemv
 
     gen = torch.Generator(device="cuda").manual_seed(in_features)
-    x = (torch.randn(1, in_features, device="cuda", generator=gen) * 3).bfloat16()
+    x = (torch.randn(rows, in_features, device="cuda", generator=gen) * 3).bfloat16()
     residual = (
-        torch.randn(1, in_features, device="cuda", generator=gen).bfloat16()
+        torch.randn(rows, in_features, device="cuda", generator=gen).bfloat16()
         if with_residual
         else None
     )
@@ -179,22 +180,24 @@ def test_rms_norm_gemv_matches_norm_then_product(out_features, in_features, with
         torch.testing.assert_close(
             new_residual, summed, rtol=0, atol=0
         )  # one rounded add, same as torch
-    assert got.shape == (1, out_features) and got.dtype == torch.bfloat16
+    assert got.shape == (rows, out_features) and got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), expected, rtol=2**-6, atol=2e-2)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 5, 64])
 @pytest.mark.parametrize("out_features, in_features", SILU_SHAPES)
-def test_silu_and_mul_gemv_matches_activation_then_product(out_features, in_features):
+def test_silu_and_mul_gemv_matches_activation_then_product(out_features, in_features, rows):
     from mini_vllm.layers.triton_gemv import triton_silu_and_mul_gemv
 
     gen = torch.Generator(device="cuda").manual_seed(in_features)
-    gate_up = (torch.randn(1, 2 * in_features, device="cuda", generator=gen) * 2).bfloat16()
+    gate_up = (torch.randn(rows, 2 * in_features, device="cuda", generator=gen) * 2).bfloat16()
     w = (
         torch.randn(out_features, in_features, device="cuda", generator=gen) / in_features**0.5
     ).bfloat16()
     expected = silu_and_mul_native(gate_up).float() @ w.float().t()
     got = triton_silu_and_mul_gemv(gate_up, w)
+    assert got.shape == (rows, out_features)
     torch.testing.assert_close(got.float(), expected, rtol=2**-6, atol=2e-2)
 
 

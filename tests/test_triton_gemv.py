@@ -1,4 +1,4 @@
-"""The Triton GEMV (one-row products on CUDA) equals F.linear (GPU-REQ).
+"""The Triton GEMV and skinny GEMM (products of 1 to 64 rows on CUDA) equal F.linear (GPU-REQ).
 
 Tolerance: both accumulate in float32 and round once to bfloat16; only the order of
 the sum differs, which can move a result by one bfloat16 step (2^-8 relative) at a
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from mini_vllm.layers.linear import ReplicatedLinear
 
@@ -29,24 +30,35 @@ SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("rows", [1, 8, 33])  # the GEMV, the 16- and 64-row buckets
 @pytest.mark.parametrize("out_features, in_features", SHAPES)
-def test_gemv_matches_a_float32_product(out_features, in_features):
+def test_gemv_matches_a_float32_product(out_features, in_features, rows):
     from mini_vllm.layers.triton_gemv import triton_gemv
 
     gen = torch.Generator(device="cuda").manual_seed(out_features)
-    x = torch.randn(1, in_features, device="cuda", generator=gen).bfloat16()
+    x = torch.randn(rows, in_features, device="cuda", generator=gen).bfloat16()
     w = (
         torch.randn(out_features, in_features, device="cuda", generator=gen) / in_features**0.5
     ).bfloat16()
     expected = x.float() @ w.float().t()
     got = triton_gemv(x, w)
-    assert got.shape == (1, out_features) and got.dtype == torch.bfloat16
+    assert got.shape == (rows, out_features) and got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), expected, rtol=2**-7, atol=1e-3)
-    # A linear layer takes it for one row, and F.linear (cuBLAS) for more.
+    # A linear layer takes it for one row; for more, it or cuBLAS, whichever measured faster.
     layer = _layer(w)
-    torch.testing.assert_close(layer(x).float(), got.float(), rtol=0, atol=0)
-    x4 = x.repeat(4, 1)
-    torch.testing.assert_close(layer(x4).float(), expected.repeat(4, 1), rtol=2**-7, atol=1e-3)
+    if rows == 1:
+        torch.testing.assert_close(layer(x).float(), got.float(), rtol=0, atol=0)
+    else:
+        torch.testing.assert_close(layer(x).float(), expected, rtol=2**-7, atol=1e-3)
+
+
+def test_more_rows_or_float32_take_cublas():
+    """From 65 rows on, and for more than one float32 row, the layer is F.linear itself."""
+    w = torch.randn(3072, 576, device="cuda")
+    for dtype, rows in ((torch.bfloat16, 65), (torch.bfloat16, 128), (torch.float32, 8)):
+        layer = _layer(w.to(dtype))
+        x = torch.randn(rows, 576, device="cuda").to(dtype)
+        torch.testing.assert_close(layer(x), F.linear(x, w.to(dtype)), rtol=0, atol=0)
 
 
 def _layer(weight: torch.Tensor) -> ReplicatedLinear:
@@ -63,7 +75,7 @@ def test_linear_op_under_torch_compile_picks_at_run_time():
         return layer(x) * 2
 
     compiled = torch.compile(f, dynamic=True, fullgraph=True)
-    for rows in (1, 2, 5):
+    for rows in (1, 2, 5, 64, 65):
         x = torch.randn(rows, 576, device="cuda").bfloat16()
         torch.testing.assert_close(compiled(x).float(), f(x).float(), rtol=2**-7, atol=1e-2)
 
@@ -88,3 +100,46 @@ def test_second_launch_reuses_the_compiled_kernel_and_respects_alignment():
         torch.testing.assert_close(second, first, rtol=0, atol=0)
         torch.testing.assert_close(second.float(), expected, rtol=2**-7, atol=1e-3)
     assert len(gemv._compiled_launches) == 2  # one kernel per alignment
+
+
+def test_skinny_kernels_are_kept_per_row_bucket_and_serve_strided_rows():
+    """17 and 31 rows share one kept kernel (the same 32-row bucket, neither divisible by
+    16); 32 rows get their own; rows that are a view with a longer stride are exact too."""
+    from mini_vllm.layers import triton_gemv as gemv
+
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    w = (torch.randn(1000, 333, device="cuda", generator=gen) / 333**0.5).bfloat16()
+    buffer = torch.randn(32, 400, device="cuda", generator=gen).bfloat16()
+    gemv._compiled_launches.clear()
+    for rows in (17, 31, 32):
+        x = buffer[:rows, :333]  # row stride 400
+        expected = x.float() @ w.float().t()
+        first = gemv.triton_gemv(x, w)
+        second = gemv.triton_gemv(x, w)
+        torch.testing.assert_close(second, first, rtol=0, atol=0)
+        torch.testing.assert_close(second.float(), expected, rtol=2**-7, atol=1e-3)
+    assert len(gemv._compiled_launches) == 2
+
+
+def test_the_skinny_choice_is_measured_once_and_never_inside_a_capture():
+    from mini_vllm.layers import triton_gemv as gemv
+
+    w = torch.randn(960, 576, device="cuda").bfloat16()
+    x = torch.randn(8, 576, device="cuda").bfloat16()
+    gemv._skinny_choices.clear()
+    calls = []
+
+    def counted(fn):
+        return lambda: (calls.append(fn), fn())[1]
+
+    skinny, cublas = counted(lambda: gemv.triton_gemv(x, w)), counted(lambda: F.linear(x, w))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # inside a capture: the fallback, and nothing measured
+        assert gemv.skinny_is_faster(x, w, gemv.PLAIN, skinny, cublas) is False
+    assert not calls and not gemv._skinny_choices
+    first = gemv.skinny_is_faster(x, w, gemv.PLAIN, skinny, cublas)
+    measured = len(calls)
+    assert measured > 0 and len(gemv._skinny_choices) == 1
+    x12 = torch.randn(12, 576, device="cuda").bfloat16()  # the same 16-row bucket
+    assert gemv.skinny_is_faster(x12, w, gemv.PLAIN, skinny, cublas) is first
+    assert len(calls) == measured  # kept, not measured again

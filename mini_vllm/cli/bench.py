@@ -511,6 +511,53 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 
 # name: (one-line help, adds the options, runs it); the description is the adder's docstring.
+def _add_startup(p: argparse.ArgumentParser) -> None:
+    """Start an engine in a fresh process with empty caches (cold), then again on the same
+    caches (warm, a restart on the same machine); print the time to the first token and
+    the compile, capture and autotune time of each start."""
+    model_options(p, model="smollm2-135m", dtype=False)
+    option(p, "--compilation-mode", "none or vllm_compile", default="vllm_compile")
+    option(
+        p,
+        "--cudagraph-mode",
+        "none, piecewise, full or full_and_piecewise",
+        default="full_and_piecewise",
+    )
+    _add_output_options(p, "benchmarks/results/startup-<device>.md")
+
+
+def _run_startup(args: argparse.Namespace) -> int:
+    from mini_vllm.bench.startup import format_startup_markdown, run_startup_bench
+    from mini_vllm.engine.engine_config import EngineConfig
+
+    # Checked here, in seconds, rather than in a child process after the cold start's work.
+    EngineConfig.from_kwargs(
+        model=args.model,
+        device=args.device,
+        compilation_mode=args.compilation_mode,
+        cudagraph_mode=args.cudagraph_mode,
+    )
+    default_output = f"benchmarks/results/startup-{args.device.split(':')[0]}.md"
+    _check_output(args, default_output)
+    runs = run_startup_bench(
+        args.model, args.device, args.compilation_mode, args.cudagraph_mode, log=_say
+    )
+    words = ["python", "-m", "mini_vllm", "bench", "startup", "--device", args.device]
+    if args.model != "smollm2-135m":
+        words += ["--model", args.model]
+    if args.compilation_mode != "vllm_compile":
+        words += ["--compilation-mode", args.compilation_mode]
+    if args.cudagraph_mode != "full_and_piecewise":
+        words += ["--cudagraph-mode", args.cudagraph_mode]
+    command = " ".join(shlex.quote(w) for w in words)
+    text = format_startup_markdown(
+        runs, command, args.model, args.compilation_mode, args.cudagraph_mode
+    )
+    print(text)
+    _write_result(args, text, default_output)
+    return 0
+
+
 SUBCOMMANDS = {
     "decode": ("our decode loop vs transformers' generate, batch 1", _add_decode, _run_decode),
     "throughput": (
@@ -522,6 +569,11 @@ SUBCOMMANDS = {
         "a load under preemption and injected faults, in every CPU engine mode",
         _add_reliability,
         _run_reliability,
+    ),
+    "startup": (
+        "time to the first token of a fresh engine, cold and warm caches",
+        _add_startup,
+        _run_startup,
     ),
     "serve": (
         "load an OpenAI-compatible server: TTFT, ITL, TPOT, throughput, goodput",

@@ -13,7 +13,8 @@ the GEMV after it reads that row too. Done inside the GEMV (a prologue, see
 mini_vllm/layers/triton_gemv.py), the norm costs no kernel of its own; same for
 SwiGLU's `silu(gate) * up` before the down projection. Three kernels fewer per layer.
 
-The fused kernel exists only for one row on CUDA; every other case runs the two ops one
+The fused kernels exist only for decode-sized batches on CUDA (one row, or up to
+64 rows in half precision: mini_vllm/layers/triton_gemv.py); every other case runs the two ops one
 after the other, so each op is correct on every device and token count (the compiled
 graph serves them all). Outputs never alias inputs, as custom ops require.
 """
@@ -25,7 +26,11 @@ import torch
 from mini_vllm.layers.activation import silu_and_mul_op
 from mini_vllm.layers.layernorm import fused_add_rms_norm_op, rms_norm_op
 from mini_vllm.layers.triton_gemv import (
+    ADD_RMS_NORM,
+    RMS_NORM,
+    SILU_AND_MUL,
     linear,
+    skinny_is_faster,
     triton_gemv_available,
     triton_rms_norm_gemv,
     triton_silu_and_mul_gemv,
@@ -34,14 +39,20 @@ from mini_vllm.layers.triton_gemv import (
 __all__ = ["fused_add_rms_norm_linear", "rms_norm_linear", "silu_and_mul_linear"]
 
 
-def _one_row_gemv(
+def _fused_kernel_fits(
     x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor | None = None
 ) -> bool:
     return (
-        x.shape[0] == 1
-        and triton_gemv_available(x, weight)
+        triton_gemv_available(x, weight)
+        and x.is_contiguous()
         and (norm_weight is None or norm_weight.dtype == x.dtype)
     )
+
+
+def _fused_wins(x, weight, prologue: int, fused, unfused) -> bool:
+    """One row: the fused GEMV always (measured). More: where the fused skinny kernel
+    measured faster than the two ops (mini_vllm/layers/triton_gemv.py `skinny_is_faster`)."""
+    return x.shape[0] == 1 or skinny_is_faster(x, weight, prologue, fused, unfused)
 
 
 # ANCHOR: fused_ops
@@ -50,9 +61,18 @@ def rms_norm_linear(
     x: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor
 ) -> torch.Tensor:
     """linear(RMSNorm(x), weight)."""
-    if _one_row_gemv(x, weight, norm_weight):
+
+    def fused():
         return triton_rms_norm_gemv(x, None, norm_weight, eps, weight)
-    return linear(rms_norm_op(x, norm_weight, eps), weight)
+
+    def unfused():
+        return linear(rms_norm_op(x, norm_weight, eps), weight)
+
+    if _fused_kernel_fits(x, weight, norm_weight) and _fused_wins(
+        x, weight, RMS_NORM, fused, unfused
+    ):
+        return fused()
+    return unfused()
 
 
 @torch.library.custom_op("mini_vllm::fused_add_rms_norm_linear", mutates_args=())
@@ -64,18 +84,38 @@ def fused_add_rms_norm_linear(
     weight: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(linear(RMSNorm(x + residual), weight), x + residual)."""
-    if _one_row_gemv(x, weight, norm_weight) and residual.is_contiguous():
+
+    def fused():
         return triton_rms_norm_gemv(x, residual, norm_weight, eps, weight)
-    normed, summed = fused_add_rms_norm_op(x, residual, norm_weight, eps)
-    return linear(normed, weight), summed
+
+    def unfused():
+        normed, summed = fused_add_rms_norm_op(x, residual, norm_weight, eps)
+        return linear(normed, weight), summed
+
+    if (
+        _fused_kernel_fits(x, weight, norm_weight)
+        and residual.is_contiguous()
+        and _fused_wins(x, weight, ADD_RMS_NORM, fused, unfused)
+    ):
+        return fused()
+    return unfused()
 
 
 @torch.library.custom_op("mini_vllm::silu_and_mul_linear", mutates_args=())
 def silu_and_mul_linear(gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """linear(silu(gate) * up, weight) for gate_up = [gate | up]."""
-    if _one_row_gemv(gate_up, weight) and gate_up.is_contiguous():
+
+    def fused():
         return triton_silu_and_mul_gemv(gate_up, weight)
-    return linear(silu_and_mul_op(gate_up), weight)
+
+    def unfused():
+        return linear(silu_and_mul_op(gate_up), weight)
+
+    if _fused_kernel_fits(gate_up, weight) and _fused_wins(
+        gate_up, weight, SILU_AND_MUL, fused, unfused
+    ):
+        return fused()
+    return unfused()
 
 
 # ANCHOR_END: fused_ops

@@ -30,8 +30,8 @@ fuses the sum into the code after it.
 Choosing the layout at allocation time lets the loaders write straight into it, in
 one pass (vLLM repacks CPU weights after loading instead, in
 vllm/model_executor/layers/utils.py `dispatch_cpu_unquantized_gemm`). On GPUs every
-weight stays row-major; one-row products (batch-1 decode) take a Triton GEMV
-(mini_vllm/layers/triton_gemv.py), all others `F.linear`.
+weight stays row-major; decode-sized products (one row, or up to 64 in half precision)
+take the Triton kernels of mini_vllm/layers/triton_gemv.py, all others `F.linear`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from torch import nn
 
 from mini_vllm.errors import UserError
 from mini_vllm.layers.custom_op import CustomOp
-from mini_vllm.layers.triton_gemv import triton_gemv, triton_gemv_available
+from mini_vllm.layers.triton_gemv import linear_cuda, triton_gemv_available
 
 __all__ = [
     "LinearBase",
@@ -143,10 +143,9 @@ class LinearBase(CustomOp):
         return split_k_linear(x, slices)
 
     def forward_cuda(self, x: torch.Tensor) -> torch.Tensor:
-        # One-row products take a Triton GEMV (mini_vllm/layers/triton_gemv.py).
-        if x.shape[0] == 1 and triton_gemv_available(x, self.weight):
-            return triton_gemv(x, self.weight)
-        return F.linear(x, self.weight)
+        # Decode-sized products take the Triton kernels where they are faster
+        # (mini_vllm/layers/triton_gemv.py).
+        return linear_cuda(x, self.weight)
 
     def forward_compiled(self, x: torch.Tensor) -> torch.Tensor:
         # Dynamo traces one graph for every token count, so the choice the eager paths

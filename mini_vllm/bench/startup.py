@@ -1,0 +1,158 @@
+"""`bench startup`: how long an engine takes to serve its first token, cold and warm.
+
+vLLM counterpart: the start-up lines vLLM logs (`Model loading took`, `torch.compile
+takes ... in total`, `Graph capturing finished in ...`, with the compile cache under
+`~/.cache/vllm/torch_compile_cache`), and its cold/warm start-up benchmark
+(vllm/benchmarks/startup.py at the pinned commit, which starts the engine in fresh
+processes with and without the compile cache). Here each start is a fresh process too:
+
+- cold: empty caches (a new MINI_VLLM_CACHE for the compiled artifacts, a new
+  TRITON_CACHE_DIR for the Triton kernels and their tuning results); the model has
+  random weights, so no conversion is timed;
+- warm: a second process on the same caches, as a server restarted on the same machine.
+
+Each start reports its phases: compiling (Dynamo, Inductor and the first run),
+capturing the CUDA graphs (a warm-up run and a capture per graph), and, counted inside
+those two, autotuning (the first launch of each Triton product kernel shape: timing its
+tiles, or reading the cached pick, and compiling it); and the total to the first token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+__all__ = ["StartupRun", "format_startup_markdown", "measure_one_start", "run_startup_bench"]
+
+
+@dataclass
+class StartupRun:
+    label: str  # "cold" or "warm"
+    total_s: float  # process start (imports included) to the first token
+    built_s: float  # process start to the engine built (graphs captured)
+    compile_s: float  # tracing, Inductor and the first run, autotuning inside included
+    autotune_s: float  # first launches of the Triton product kernels, wherever they ran
+    capture_s: float  # warm-up runs and capture of every graph, autotuning inside included
+    first_token_s: float
+    num_graphs: int
+    num_sizes: int
+
+
+def measure_one_start(model: str, device: str, compilation_mode: str, cudagraph_mode: str) -> dict:
+    """Build an engine in this process and serve one token; the phases in seconds."""
+    started = time.perf_counter()
+    from mini_vllm import LLM, SamplingParams
+    from mini_vllm.layers import triton_gemv
+
+    llm = LLM(
+        model=model,
+        device=device,
+        compilation_mode=compilation_mode,
+        cudagraph_mode=cudagraph_mode,
+        max_num_seqs=256,  # vLLM's default: the default ladder runs up to 512
+    )
+    built = time.perf_counter()
+    llm.generate([[1, 2, 3]], SamplingParams(max_tokens=1), use_tqdm=False)
+    done = time.perf_counter()
+    runner = llm.engine.runner
+    compile_s = runner.compile_report.seconds if runner.compile_report else 0.0
+    capture = runner.capture_report
+    capture_s = capture.seconds if capture else 0.0
+    autotune_s = triton_gemv.autotune_seconds()
+    return {
+        "total_s": done - started,
+        "compile_s": compile_s,
+        "capture_s": capture_s,
+        "autotune_s": autotune_s,
+        "built_s": built - started,
+        "first_token_s": done - built,
+        "num_graphs": capture.num_graphs if capture else 0,
+        "num_sizes": len(capture.sizes) if capture else 0,
+    }
+
+
+def _run_child(env: dict, args: list[str]) -> dict:
+    command = [sys.executable, "-m", "mini_vllm.bench.startup", *args]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the start-up run failed:\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_startup_bench(
+    model: str = "smollm2-135m",
+    device: str = "cuda",
+    compilation_mode: str = "vllm_compile",
+    cudagraph_mode: str = "full_and_piecewise",
+    log=print,
+) -> list[StartupRun]:
+    """A cold start, then a warm one, each in a fresh process."""
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="mini-vllm-startup-") as scratch:
+        env = dict(os.environ)
+        env["MINI_VLLM_CACHE"] = str(Path(scratch) / "mini_vllm")
+        env["TRITON_CACHE_DIR"] = str(Path(scratch) / "triton")
+        env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # under MINI_VLLM_CACHE
+        for label in ("cold", "warm"):
+            log(f"{label} start: a fresh process ...")
+            got = _run_child(env, [model, device, compilation_mode, cudagraph_mode])
+            runs.append(
+                StartupRun(
+                    label=label,
+                    total_s=got["total_s"],
+                    built_s=got["built_s"],
+                    compile_s=got["compile_s"],
+                    autotune_s=got["autotune_s"],
+                    capture_s=got["capture_s"],
+                    first_token_s=got["first_token_s"],
+                    num_graphs=got["num_graphs"],
+                    num_sizes=got["num_sizes"],
+                )
+            )
+            log(f"{label} start: first token after {got['total_s']:.1f} s")
+    return runs
+
+
+def format_startup_markdown(
+    runs: list[StartupRun], command: str, model: str, compilation_mode: str, cudagraph_mode: str
+) -> str:
+    import torch
+
+    machine = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.machine()
+    lines = [
+        "# Start-up: from a fresh process to the first token, cold and warm",
+        "",
+        f"- date: {date.today().isoformat()}",
+        f"- machine: {machine}; torch {torch.__version__}",
+        f"- command: `{command}`",
+        f"- engine: `{model}`, compilation `{compilation_mode}`, CUDA graphs "
+        f"`{cudagraph_mode}`, vLLM's default capture sizes (max_num_seqs 256)",
+        "- cold: empty compile and Triton caches; warm: a second process on the same caches",
+        "- compile and capture include the autotuning done inside them; autotune is that part",
+        "",
+        "<!-- ANCHOR: startup -->",
+        "| start | to first token s | engine built s | compile s | capture s | autotune s "
+        "| graphs | sizes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        lines.append(
+            f"| {run.label} | {run.total_s:.1f} | {run.built_s:.1f} | {run.compile_s:.1f} "
+            f"| {run.capture_s:.1f} "
+            f"| {run.autotune_s:.1f} | {run.num_graphs} | {run.num_sizes} |"
+        )
+    lines.append("<!-- ANCHOR_END: startup -->")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # one start, in the child process run_startup_bench makes
+    result = measure_one_start(*sys.argv[1:5])
+    print(json.dumps(result))
