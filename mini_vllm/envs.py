@@ -10,6 +10,10 @@ Read them as attributes: `from mini_vllm import envs; envs.MINI_VLLM_PDL`.
                          "torch": the plain torch path everywhere
     MINI_VLLM_PDL        "1" (default): the Triton kernels use programmatic dependent launch
                          where the GPU has it (Hopper on); "0": never
+    MINI_VLLM_SKINNY_GEMM "0" (default): products of 2 to 64 rows go to cuBLAS; "1": to
+                         the Triton skinny GEMM where it measures faster
+                         (mini_vllm/layers/triton_gemv.py; why it is off:
+                         benchmarks/results/decode-graphs-cuda-skinny.md)
     MINI_VLLM_DEBUG      "1" (anything but "0"): the command line shows a user error's traceback too
 
 Outside the package: the labs read MINI_VLLM_IMPL and MINI_VLLM_STARTER_DIR
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
     MINI_VLLM_CACHE: Path = Path.home() / ".cache" / "mini_vllm"
     MINI_VLLM_ATTENTION: str = "auto"
     MINI_VLLM_PDL: bool = True
+    MINI_VLLM_SKINNY_GEMM: bool = False
     MINI_VLLM_DEBUG: bool = False
 
 
@@ -56,6 +61,7 @@ environment_variables: dict[str, Callable[[], Any]] = {
     "MINI_VLLM_CACHE": _cache_root,
     "MINI_VLLM_ATTENTION": _choice("MINI_VLLM_ATTENTION", "auto", ("auto", "torch")),
     "MINI_VLLM_PDL": lambda: _choice("MINI_VLLM_PDL", "1", _on_off)() == "1",
+    "MINI_VLLM_SKINNY_GEMM": lambda: _choice("MINI_VLLM_SKINNY_GEMM", "0", _on_off)() == "1",
     # Read while reporting another error, so it never raises one of its own: anything but 0 is on.
     "MINI_VLLM_DEBUG": lambda: os.environ.get("MINI_VLLM_DEBUG", "0").strip() not in ("", "0"),
 }

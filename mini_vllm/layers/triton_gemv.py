@@ -16,7 +16,9 @@ read exactly once and marked evict-first: nothing will read it again this step. 
 tile shape is autotuned per matrix shape, at the first call, which the engine makes
 in its warm-up runs before any CUDA graph is captured.
 
-From two rows to MAX_ROWS (64) the skinny GEMM below takes over: the same program
+From two rows to MAX_ROWS (64), with MINI_VLLM_SKINNY_GEMM=1 (off by default: it gained
+14% of the SmolLM2-shape forward at batch 8 and cost two minutes of cold start), the
+skinny GEMM below takes over where it measures faster: the same program
 layout, but each program multiplies its tile of W with every row of x on the tensor
 cores (`tl.dot`), rows padded to 16, 32 or 64 by masks, so that W is still read once per
 step. Decode at batch 8-32 is as much a read of the weights as batch 1: cuBLAS's GEMM
@@ -82,9 +84,9 @@ MAX_ROWS = 64
 def triton_gemv_available(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether `x @ weight.T` can take the Triton kernels of this file.
 
-    One row in any dtype; 2 to MAX_ROWS rows in half precision only, since the skinny
-    kernel multiplies on the tensor cores and float32 there would be TF32, not the
-    float32 product the engine's equality checks compare against.
+    One row in any dtype; 2 to MAX_ROWS rows only with MINI_VLLM_SKINNY_GEMM=1 and in half
+    precision, since the skinny kernel multiplies on the tensor cores and float32 there
+    would be TF32, not the float32 product the engine's equality checks compare against.
     """
     rows = x.shape[0] if x.dim() == 2 else 0
     return (
@@ -95,8 +97,23 @@ def triton_gemv_available(x: torch.Tensor, weight: torch.Tensor) -> bool:
         and x.stride(-1) == 1
         and weight.stride(-1) == 1
         and x.dtype == weight.dtype
-        and (rows == 1 or (1 < rows <= MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16)))
+        and (
+            rows == 1
+            or (
+                1 < rows <= MAX_ROWS
+                and x.dtype in (torch.bfloat16, torch.float16)
+                and _skinny_enabled()
+            )
+        )
     )
+
+
+@functools.cache
+def _skinny_enabled() -> bool:
+    # Off by default: on the H100 it gained 14% of the forward at batch 8 (SmolLM2 shape)
+    # and cost two minutes of cold start, tuning and measuring every shape and row bucket
+    # (benchmarks/results/decode-graphs-cuda-skinny.md). Read once: products are hot.
+    return envs.MINI_VLLM_SKINNY_GEMM
 
 
 if triton is not None:
@@ -546,9 +563,11 @@ def skinny_is_faster(x, weight, prologue: int, skinny, fallback) -> bool:
     if choice is None:
         if torch.cuda.is_current_stream_capturing():
             return False
-        started = time.perf_counter()
+        started, counted = time.perf_counter(), _first_launch_seconds[0]
         choice = _skinny_choices[key] = _graph_us(skinny) < _graph_us(fallback)
-        _first_launch_seconds[0] += time.perf_counter() - started
+        # The first launches inside were counted already: add only the rest.
+        inside = _first_launch_seconds[0] - counted
+        _first_launch_seconds[0] += time.perf_counter() - started - inside
     return choice
 
 
