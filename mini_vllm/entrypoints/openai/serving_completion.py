@@ -31,7 +31,6 @@ from mini_vllm.entrypoints.openai.serving_engine import (
     OpenAIServing,
     ServingError,
     dump,
-    run_until_disconnected,
     sse,
 )
 
@@ -48,11 +47,8 @@ class OpenAIServingCompletion(OpenAIServing):
         if request.stream:
             stream = self._stream(request, request_id, choices, deltas)
             return StreamingResponse(stream, media_type="text/event-stream")
-        finished, error = await run_until_disconnected(self.collect(choices, deltas), raw_request)
-        if not finished:
+        if not await self.collect_while_connected(choices, deltas, raw_request):
             return Response(status_code=499)  # the client is gone; nobody reads this
-        if error is not None:
-            raise error
         response = CompletionResponse(
             id=request_id,
             model=self.served_model_name,

@@ -306,6 +306,19 @@ class OpenAIServing:
                 choices[index].push(delta)
         return None
 
+    async def collect_while_connected(
+        self,
+        choices: list[ChoiceState],
+        deltas: AsyncIterator[tuple[int, RequestOutputDelta]],
+        raw_request: Request,
+    ) -> bool:
+        """`collect`, cancelled if the client goes away first: False then. A request that
+        ended with an error raises it (the handler turns it into an error response)."""
+        finished, error = await run_until_disconnected(self.collect(choices, deltas), raw_request)
+        if finished and error is not None:
+            raise error
+        return finished
+
     @staticmethod
     def stream_error(delta: RequestOutputDelta) -> str:
         """The event that ends a stream that failed after its 200 was sent."""
