@@ -342,25 +342,9 @@ if triton is not None:
         if PDL:
             tl.extra.cuda.gdc_launch_dependents()
             tl.extra.cuda.gdc_wait()
-        acc, squares = _skinny_step(
-            acc,
-            squares,
-            w,
-            0,
-            x_ptr,
-            tokens,
-            token_mask,
-            K,
-            stride_xm,
-            residual_ptr,
-            norm_weight_ptr,
-            residual_out_ptr,
-            pid == 0,
-            PROLOGUE,
-            BLOCK_K,
-        )
-        for k0 in range(BLOCK_K, K, BLOCK_K):
-            w = _load_w_tile(w_ptr, rows, row_mask, k0, K, stride_wn, BLOCK_K)
+        for k0 in range(0, K, BLOCK_K):
+            if k0 > 0:
+                w = _load_w_tile(w_ptr, rows, row_mask, k0, K, stride_wn, BLOCK_K)
             acc, squares = _skinny_step(
                 acc,
                 squares,
@@ -467,6 +451,11 @@ def autotune_seconds() -> float:
     return _first_launch_seconds[0]
 
 
+def _row_bucket(rows: int) -> int:
+    """The skinny kernel's BLOCK_M for `rows` (2 to 64): 16, 32 or 64."""
+    return max(16, 1 << (rows - 1).bit_length())
+
+
 def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=None, eps=0.0):
     m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
@@ -482,9 +471,8 @@ def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=N
     if m == 1:
         kernel, ints, block_m = _gemv_kernel, (n, k, weight.stride(0)), None
     else:
-        kernel, ints, block_m = _skinny_gemm_kernel, (m, n, k, x.stride(0), weight.stride(0)), 16
-        while block_m < m:
-            block_m *= 2
+        kernel, ints = _skinny_gemm_kernel, (m, n, k, x.stride(0), weight.stride(0))
+        block_m = _row_bucket(m)
     args = (*tensors[:3], *ints, *tensors[3:], eps)
     # Triton specialises an integer argument on its value being 1 and on its divisibility
     # by 16: the row count enters the key that way, so one kernel serves 17 to 31 rows.
@@ -556,9 +544,7 @@ def skinny_is_faster(x, weight, prologue: int, skinny, fallback) -> bool:
     """Whether `skinny()` beats `fallback()` (the unfused ops, cuBLAS) for `x`'s row
     bucket; measured at the first such call outside a CUDA graph capture, then kept. In a
     capture before any measurement, the fallback (always correct, never slower to try)."""
-    rows = x.shape[0]
-    bucket = max(16, 1 << (rows - 1).bit_length())
-    key = (*weight.shape, bucket, prologue, x.dtype, x.device)
+    key = (*weight.shape, _row_bucket(x.shape[0]), prologue, x.dtype, x.device)
     choice = _skinny_choices.get(key)
     if choice is None:
         if torch.cuda.is_current_stream_capturing():
@@ -578,8 +564,7 @@ def autotuned_tile(x: torch.Tensor, weight: torch.Tensor) -> dict[str, int]:
     """The tile the autotuner picked for the plain product `x @ weight.T` (tuning it now if
     this shape is new): `{"BLOCK_N": ..., "BLOCK_K": ..., "num_warps": ...}`."""
     triton_gemv(x, weight)
-    rows = x.shape[0]
-    block_m = None if rows == 1 else max(16, 1 << (rows - 1).bit_length())
+    block_m = None if x.shape[0] == 1 else _row_bucket(x.shape[0])
     config = _tiles[(*weight.shape, block_m, PLAIN, pdl_supported(x.device), x.device)]
     return {**config.kwargs, "num_warps": config.num_warps}
 
