@@ -36,6 +36,7 @@ from __future__ import annotations
 import torch
 
 from mini_vllm.layers.triton_gemv import pdl_supported
+from mini_vllm.layers.triton_launch import launch
 
 try:
     import triton
@@ -351,7 +352,9 @@ def triton_write_kv(
     num_tokens, num_kv_heads, head_dim = k.shape
     row = num_kv_heads * head_dim
     scratch = kv_cache.shape[1] * kv_cache.shape[2] - 1
-    _write_kv_kernel[(num_tokens,)](
+    launch(
+        _write_kv_kernel,
+        (num_tokens,),
         k,
         v,
         kv_cache[0],
@@ -360,8 +363,8 @@ def triton_write_kv(
         scratch,
         k.stride(0),
         v.stride(0),
-        ROW=row,
-        ROW_PAD=triton.next_power_of_2(row),
+        row,  # ROW
+        triton.next_power_of_2(row),  # ROW_PAD
     )
 
 
@@ -404,7 +407,8 @@ def triton_paged_decode(
     if splits < 1 or splits & (splits - 1):
         raise ValueError(f"num_splits must be a power of two, got {splits}")
     positions, cos_sin = rope if rope is not None else (slot_mapping, q)  # unused without rope
-    pdl = {"PDL": True, "launch_pdl": True} if pdl_supported(q.device) else {}
+    pdl = pdl_supported(q.device)
+    options = {"launch_pdl": True} if pdl else {}
     if rope is not None and (
         cos_sin.dtype != torch.float32
         or not cos_sin.is_contiguous()
@@ -412,36 +416,40 @@ def triton_paged_decode(
         or cos_sin.shape[1] != 2
     ):
         raise ValueError("rope needs the float32 neox table [positions, 2, 1, head_dim]")
-    # Launch arguments in rows, as the kernels' signatures list them (the formatter would give
-    # each of the thirty its own line).
+    # Launch arguments in rows, as the kernels' signatures list them, constexprs last (the
+    # formatter would give each of the thirty its own line).
     # fmt: off
     if splits > 1:
         part_acc = torch.empty((num_reqs, num_heads, splits, head_dim), dtype=torch.float32,
                                device=q.device)
         part_max = torch.empty((num_reqs, num_heads, splits), dtype=torch.float32, device=q.device)
         part_sum = torch.empty_like(part_max)
-        _paged_decode_split_kernel[(num_reqs, num_kv_heads, splits)](
+        launch(
+            _paged_decode_split_kernel, (num_reqs, num_kv_heads, splits),
             q, k, v, kv_cache[0], kv_cache[1], block_tables, seq_lens, slot_mapping, scratch,
             part_acc, part_max, part_sum, q.stride(0), q.stride(1), k.stride(0), v.stride(0),
             block_tables.stride(0), scale, positions, cos_sin,
-            NUM_KV_HEADS=num_kv_heads, GROUP=group, GROUP_PAD=triton.next_power_of_2(group),
-            HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_N=32, NUM_SPLITS=splits,
-            ROPE=rope is not None, num_warps=4, **pdl,
+            num_kv_heads, group, triton.next_power_of_2(group), head_dim, block_size,
+            32, splits, rope is not None, pdl,  # ... BLOCK_N, NUM_SPLITS, ROPE, PDL
+            num_warps=4, **options,
         )
-        _merge_splits_kernel[(num_reqs, num_heads)](
+        launch(
+            _merge_splits_kernel, (num_reqs, num_heads),
             part_acc, part_max, part_sum, out, out.stride(0), out.stride(1),
-            NUM_HEADS=num_heads, HEAD_DIM=head_dim, NUM_SPLITS=splits, num_warps=1, **pdl,
+            num_heads, head_dim, splits, pdl, num_warps=1, **options,
         )
         return out
-    _paged_decode_kernel[(num_reqs, num_heads)](
+    launch(
+        _paged_decode_kernel, (num_reqs, num_heads),
         q, k, v, kv_cache[0], kv_cache[1], out, block_tables, seq_lens, slot_mapping, scratch,
         q.stride(0), q.stride(1), k.stride(0), v.stride(0), out.stride(0), out.stride(1),
         block_tables.stride(0), scale, positions, cos_sin,
-        NUM_KV_HEADS=num_kv_heads, GROUP=group, HEAD_DIM=head_dim, BLOCK_SIZE=block_size,
-        ROPE=rope is not None,
-        # Tuned on an H100 (`git show ae239bb:scripts/gpu_attn_tune.py`): 128 cached tokens an
-        # iteration and two warps a program beat 32/64 tokens and 1 or 4 warps at contexts
+        # NUM_KV_HEADS, GROUP, HEAD_DIM, BLOCK_SIZE; then BLOCK_N 128 and two warps a
+        # program, tuned on an H100 (`git show ae239bb:scripts/gpu_attn_tune.py`): 128 cached
+        # tokens an iteration and two warps beat 32/64 tokens and 1 or 4 warps at contexts
         # 128 to 1024.
-        BLOCK_N=128, num_warps=2, **pdl,
+        num_kv_heads, group, head_dim, block_size, 128, rope is not None, pdl,
+        num_warps=2, **options,
     )
+    # fmt: on
     return out

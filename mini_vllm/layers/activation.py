@@ -8,7 +8,8 @@ tensor `[..., 2 * intermediate]` and splits it.
 For compilation with fusion passes it is also the custom op `mini_vllm::silu_and_mul`
 (vLLM: `torch.ops._C.silu_and_mul`, csrc/activation_kernels.cu), which
 mini_vllm/compilation/fusion.py folds into the down projection after it. Where the op
-stays (more than one row), it is one Triton kernel on CUDA, as Inductor would have made.
+stays (more than one row), and eagerly on CUDA (vLLM's `forward_cuda`), it is one Triton
+kernel, as Inductor would have made.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from mini_vllm.layers.custom_op import CustomOp
+from mini_vllm.layers.triton_launch import launch
 
 try:
     import triton
@@ -24,7 +26,7 @@ try:
 except ImportError:  # CPU machines
     triton = None
 
-__all__ = ["SiluAndMul", "silu_and_mul_native"]
+__all__ = ["SiluAndMul", "silu_and_mul_cuda", "silu_and_mul_native"]
 
 
 # ANCHOR: swiglu
@@ -54,17 +56,22 @@ if triton is not None:
         )
 
 
-@torch.library.custom_op("mini_vllm::silu_and_mul", mutates_args=())
-def silu_and_mul_op(gate_up: torch.Tensor) -> torch.Tensor:
+def silu_and_mul_cuda(gate_up: torch.Tensor) -> torch.Tensor:
+    """`silu_and_mul_native` as one Triton kernel for `[rows, 2 * K]` CUDA rows (vLLM:
+    `SiluAndMul.forward_cuda`); the torch version for anything else."""
     if triton is None or not gate_up.is_cuda or gate_up.dim() != 2 or gate_up.stride(-1) != 1:
         return silu_and_mul_native(gate_up)
     rows, k = gate_up.shape[0], gate_up.shape[1] // 2
     out = gate_up.new_empty((rows, k))
     if rows:
-        _silu_and_mul_kernel[(rows, triton.cdiv(k, 1024))](
-            gate_up, out, k, gate_up.stride(0), BLOCK=1024
-        )
+        grid = (rows, triton.cdiv(k, 1024))
+        launch(_silu_and_mul_kernel, grid, gate_up, out, k, gate_up.stride(0), 1024)  # BLOCK
     return out
+
+
+@torch.library.custom_op("mini_vllm::silu_and_mul", mutates_args=())
+def silu_and_mul_op(gate_up: torch.Tensor) -> torch.Tensor:
+    return silu_and_mul_cuda(gate_up)
 
 
 @silu_and_mul_op.register_fake
@@ -75,6 +82,10 @@ def _silu_and_mul_fake(gate_up):
 class SiluAndMul(CustomOp):
     def forward_native(self, gate_up: torch.Tensor) -> torch.Tensor:
         return silu_and_mul_native(gate_up)
+
+    def forward_cuda(self, gate_up: torch.Tensor) -> torch.Tensor:
+        # One kernel instead of two (the chunk is a view; then silu, and the product).
+        return silu_and_mul_cuda(gate_up)
 
     def forward_custom_op(self, gate_up: torch.Tensor) -> torch.Tensor:
         return torch.ops.mini_vllm.silu_and_mul(gate_up)  # one node for the fusion pass

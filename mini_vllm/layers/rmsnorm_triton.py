@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import torch
 
+from mini_vllm.layers.triton_launch import launch
+
 try:
     import triton
     import triton.language as tl
@@ -78,7 +80,9 @@ def triton_rmsnorm(
     out = torch.empty((tokens, hidden), dtype=x.dtype, device=x.device)
     residual_out = torch.empty_like(out) if residual is not None else out
     if tokens:
-        _rmsnorm_kernel[(tokens,)](
+        launch(
+            _rmsnorm_kernel,
+            (tokens,),
             x,
             residual if residual is not None else x,
             weight,
@@ -88,8 +92,8 @@ def triton_rmsnorm(
             residual.stride(0) if residual is not None else 0,
             hidden,
             eps,
-            HAS_RESIDUAL=residual is not None,
-            BLOCK=triton.next_power_of_2(hidden),
+            residual is not None,  # HAS_RESIDUAL
+            triton.next_power_of_2(hidden),  # BLOCK
             num_warps=4,
         )
     return out if residual is None else (out, residual_out)

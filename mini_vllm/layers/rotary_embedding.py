@@ -19,6 +19,9 @@ computes the same thing; see mini_vllm/weights/gguf_file.py.
 
 Because positions come in as a tensor, the flattened batch may mix sequences at
 different positions: each token looks up its own row of the cos/sin table.
+
+Which implementation runs is `CustomOp`'s choice: the torch version for compilers and
+on CPU, one in-place Triton kernel eagerly on CUDA (mini_vllm/layers/rope_triton.py).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 import torch
 
 from mini_vllm.layers.custom_op import CustomOp
+from mini_vllm.layers.rope_triton import triton_rope_, triton_rope_available
 
 __all__ = [
     "RotaryEmbedding",
@@ -110,7 +114,12 @@ class RotaryEmbedding(CustomOp):
     def forward_cpu(self, positions, query, key):
         return self._rotate_query_and_key(positions, query, key, eager=True)
 
-    forward_cuda = forward_cpu
+    def forward_cuda(self, positions, query, key):
+        if self.is_neox_style and triton_rope_available(query, key, self.cos_sin_cache):
+            # One Triton kernel rotating q and k in place, instead of five torch ops
+            # (vLLM: forward_cuda, the in-place CUDA kernel).
+            return triton_rope_(positions, query, key, self.cos_sin_cache)
+        return self.forward_cpu(positions, query, key)
 
     def forward_custom_op(self, positions, query, key):
         if not self.is_neox_style:

@@ -54,6 +54,7 @@ import torch
 import torch.nn.functional as F
 
 from mini_vllm import envs
+from mini_vllm.layers.triton_launch import direct_launcher
 
 try:
     import triton
@@ -436,7 +437,7 @@ def pdl_supported(device: torch.device) -> bool:
 # us on another host where cuBLAS took 22 us). The LM head's GEMV runs outside the
 # graph every step, and eager mode runs 121 of them a step, so the first launch for a
 # given signature goes through the autotuner and the compiled kernel it returns is then
-# launched directly (`CompiledKernel[grid](*args)`). The key holds everything Triton
+# launched directly (mini_vllm/layers/triton_launch.py). The key holds everything Triton
 # specialises a kernel on: the integer arguments, the dtypes, and whether each pointer
 # is 16-byte aligned (a kernel compiled for aligned rows must not get a misaligned view).
 _compiled_launches: dict[tuple, tuple] = {}
@@ -485,8 +486,8 @@ def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=N
     )
     known = _compiled_launches.get(key)
     if known is not None:
-        compiled, grid, constants = known
-        compiled[grid](*args, *constants)
+        launcher, grid, constants = known
+        launcher(grid, (*args, *constants))
         return out
     extra = {} if block_m is None else {"BLOCK_M": block_m}
     started = time.perf_counter()
@@ -500,10 +501,11 @@ def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=N
     _first_launch_seconds[0] += time.perf_counter() - started
     best = kernel.best_config
     _tiles[(n, k, block_m, prologue, pdl, x.device)] = best
-    if hasattr(compiled, "packed_metadata"):  # a CompiledKernel (Triton 3): keep it
+    launcher = direct_launcher(compiled)
+    if launcher is not None:  # a CompiledKernel of a Triton that allows it: keep it
         grid = (triton.cdiv(n, best.kwargs["BLOCK_N"]), 1, 1)
         _compiled_launches[key] = (
-            compiled,
+            launcher,
             grid,
             (prologue, pdl, *extra.values(), best.kwargs["BLOCK_N"], best.kwargs["BLOCK_K"]),
         )
