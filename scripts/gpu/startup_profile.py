@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Where a start-up's time goes (cProfile of a whole start, cold or warm).
+
+    python3 scripts/gpu/startup_profile.py [--model smollm2-135m]
+        [--cudagraph-mode full_and_piecewise] [--out DIR]
+
+Runs a cold start in a fresh process (empty caches in a scratch folder), then a warm one
+on the same caches under cProfile, and prints the warm start's functions by cumulative
+and by own time: what a restarted server waits for. `--profile-cold` profiles the cold
+start instead. The starts are those of `python -m mini_vllm bench startup`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from gpukit import ROOT, run_script
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--compilation-mode", default="vllm_compile")
+    parser.add_argument("--cudagraph-mode", default="full_and_piecewise")
+    parser.add_argument("--profile-cold", action="store_true", help="profile the cold start")
+    parser.add_argument("--rows", type=int, default=45, help="rows of each table")
+
+
+def measure(args, report) -> None:
+    start_args = [args.model, "cuda", args.compilation_mode, args.cudagraph_mode]
+    with tempfile.TemporaryDirectory(prefix="mini-vllm-startup-profile-") as scratch:
+        env = dict(os.environ)
+        env["MINI_VLLM_CACHE"] = str(Path(scratch) / "mini_vllm")
+        env["TRITON_CACHE_DIR"] = str(Path(scratch) / "triton")
+        env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        stats_file = Path(scratch) / "start.prof"
+        plain = [sys.executable, "-m", "mini_vllm.bench.startup", *start_args]
+        profiled = [
+            sys.executable, "-m", "cProfile", "-o", str(stats_file),
+            "-m", "mini_vllm.bench.startup", *start_args,
+        ]  # fmt: skip
+        runs = [("cold", profiled)] if args.profile_cold else [("cold", plain), ("warm", profiled)]
+        for label, command in runs:
+            done = subprocess.run(
+                command, env=env, cwd=scratch, capture_output=True, text=True, check=False
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"the {label} start failed:\n{done.stderr[-4000:]}")
+            phases = json.loads(done.stdout.strip().splitlines()[-1])
+            report(f"{label}{' (profiled)' if command is profiled else ''}: " + ", ".join(
+                f"{key} {value:.1f}" if isinstance(value, float) else f"{key} {value}"
+                for key, value in phases.items()
+            ))  # fmt: skip
+        for order in ("cumulative", "tottime"):
+            text = io.StringIO()
+            pstats.Stats(str(stats_file), stream=text).sort_stats(order).print_stats(args.rows)
+            report(text.getvalue())
+
+
+if __name__ == "__main__":
+    sys.exit(run_script(__file__, __doc__.splitlines()[0], measure, add_arguments))
