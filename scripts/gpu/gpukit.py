@@ -93,7 +93,9 @@ def decoding_engine(args: argparse.Namespace, new_tokens: int, warm_steps: int):
     from mini_vllm.bench.harness import decode_engine, start_decoding
     from mini_vllm.models.loader import load_model
 
-    model, _, _ = load_model(args.model, device="cuda", progress=False)
+    # bfloat16, as `bench decode` runs a model on a GPU ("auto"); the loader's own default
+    # is float32, which doubles every product's weight reads.
+    model, _, _ = load_model(args.model, device="cuda", dtype="auto", progress=False)
     engine = decode_engine(model, args.mode, [1], context_len=128, new_tokens=new_tokens)
     start_decoding(engine, batch=1, context_len=128, new_tokens=new_tokens)
     for _ in range(warm_steps):
