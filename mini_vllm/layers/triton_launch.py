@@ -79,7 +79,7 @@ def direct_launcher(compiled: Any) -> Callable[[tuple, tuple], None] | None:
     if not all(hasattr(compiled, name) for name in parts):
         return None
     run, function, packed_metadata = (getattr(compiled, name) for name in parts)
-    current_stream, current_device = torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice
+    current_stream, current_device = torch._C._cuda_getCurrentRawStream, torch.cuda.current_device
 
     def launch_compiled(grid: tuple, args: tuple) -> None:
         x, y, z = (*grid, 1, 1)[:3]
