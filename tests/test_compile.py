@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from mini_vllm import LLM, SamplingParams
+from mini_vllm.compilation import aot_cache
 from mini_vllm.config.compilation import CUDAGraphMode
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +85,11 @@ def test_stock_compile_does_recompile_where_trace_once_does_not():
 
 @pytest.fixture(scope="module")
 def compiled_llm():
-    llm = make("cpu", compilation_mode="vllm_compile", cudagraph_mode="full_and_piecewise")
+    # Traced and compiled in this process (not loaded from an earlier run's saved model):
+    # these tests are about what Dynamo does.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MINI_VLLM_COMPILE_CACHE", "0")
+        llm = make("cpu", compilation_mode="vllm_compile", cudagraph_mode="full_and_piecewise")
     # Requests of different lengths: decode batches shrink from 4 rows to 1 as they finish.
     params = [
         SamplingParams(temperature=0, max_tokens=3 + 2 * i, ignore_eos=True) for i in range(8)
@@ -231,6 +236,8 @@ def test_second_start_compiles_faster_from_the_cache(tmp_path):
     warm, warm_out = start()
     assert "first start: cold cache" in cold_out and "previous start" in warm_out
     assert warm < cold
+    if aot_cache.aot_compile_supported():  # the restart loaded the model the first start saved
+        assert "saved to" in cold_out and "no Dynamo trace" in warm_out, warm_out
     assert (tmp_path / "cache" / "inductor").is_dir() and list(
         (tmp_path / "cache" / "compile").glob("*.json")
     )

@@ -15,7 +15,10 @@ How a decorated model runs, by CompilationMode:
   is safe because everything that changes between steps is a tensor (or its first
   dimension, which is symbolic), never Python state the guards would protect.
 - VLLM_COMPILE: trace once, with mini_vllm's piecewise backend (split at attention,
-  Inductor per piece, PIECEWISE CUDA-graph wrappers).
+  Inductor per piece, PIECEWISE CUDA-graph wrappers). Where torch can (2.10 on), the
+  one trace is an AOT compile whose result is saved, and a later start of the same
+  model loads it without tracing (mini_vllm/compilation/aot_cache.py; vLLM's
+  VLLM_USE_AOT_COMPILE).
 The token dimension of the tensor arguments is marked dynamic before the one trace,
 so one compiled graph serves every batch size.
 """
@@ -23,17 +26,22 @@ so one compiled graph serves every batch size.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
+from mini_vllm.compilation import aot_cache
 from mini_vllm.compilation.attention_op import use_attention_op
 from mini_vllm.compilation.piecewise_backend import CompileStats, inductor_compile
 from mini_vllm.config.compilation import CompilationMode
 from mini_vllm.layers.custom_op import use_custom_ops
 
 __all__ = ["TorchCompileWrapper", "support_torch_compile"]
+
+logger = logging.getLogger(__name__)
 
 
 # ANCHOR: support_torch_compile
@@ -111,6 +119,12 @@ class TorchCompileWrapper:
         self.stats = stats if stats is not None else CompileStats()
         self.backend = backend if backend is not None else _CountingInductor(self.stats)
         self.trace_once = mode in (CompilationMode.DYNAMO_TRACE_ONCE, CompilationMode.VLLM_COMPILE)
+        # Where the whole compiled model is saved and loaded (VLLM_COMPILE with a torch
+        # that has AOT compile); set by compile_and_record before the first call.
+        self.artifact_path: Path | None = None
+        self.loaded_from_disk = False  # this start loaded the saved compiled model
+        self.saved_to_disk = False  # this start compiled the model and saved it
+        self._aot_compiled = None
         self._original_code = type(model).forward.__code__
         self._compiled_code = None
         self._capturing_code = False
@@ -143,9 +157,15 @@ class TorchCompileWrapper:
             forward.__code__ = self._original_code
 
     def __call__(self, *args, **kwargs):
+        if self._aot_compiled is not None:
+            return self._aot_compiled(self.model, *args, **kwargs)
         if self.trace_once and self._compiled_code is not None:
             with self._dispatch_to_compiled_code():
                 return self.model.forward(*args, **kwargs)
+        if self._compiled_code is None and self._uses_aot_compile():
+            self._aot_compiled = self._load_or_aot_compile(args, kwargs)
+            if self._aot_compiled is not None:
+                return self._aot_compiled(self.model, *args, **kwargs)
         if self._compiled_code is None:
             self._mark_dynamic(args, kwargs)
             self._capturing_code = True
@@ -160,6 +180,60 @@ class TorchCompileWrapper:
         return self.compiled(*args, **kwargs)
 
     # ANCHOR_END: trace_once
+
+    def _uses_aot_compile(self) -> bool:
+        return (
+            self.artifact_path is not None
+            and hasattr(self.backend, "adopt")
+            and aot_cache.aot_compile_supported()
+        )
+
+    # ANCHOR: aot_compile
+    def _load_or_aot_compile(self, args: tuple, kwargs: dict):
+        """The saved compiled model if there is a usable one, else compile it and save it.
+
+        None when torch cannot AOT-compile this model: the caller then compiles it the
+        usual way, and every start traces again.
+        """
+        forward = type(self.model).forward
+        loaded = aot_cache.load_compiled_model(self.artifact_path, forward.__globals__)
+        if loaded is not None:
+            self.backend.adopt(loaded._artifacts.compiled_fn)
+            self.loaded_from_disk = True
+            self._hook.remove()
+            return loaded
+        self._mark_dynamic(args, kwargs)
+        self.backend.serializable = True
+        # torch 2.10/2.11 give `aot_compile` only to a function compiled under this flag.
+        # No guards are kept: as with trace once, nothing they would check varies, and a
+        # guard on the model would have to save the model's state with the compiled code.
+        with torch._dynamo.config.patch(enable_aot_compile=True):
+            compiler = torch.compile(
+                forward,
+                backend=self.backend,
+                fullgraph=True,
+                dynamic=False,
+                options={"guard_filter_fn": lambda guards: [False for _ in guards]},
+            )
+        try:
+            with use_custom_ops(getattr(self.backend, "uses_custom_ops", False)):
+                compiled = compiler.aot_compile(((self.model, *args), kwargs))
+        except Exception as error:
+            logger.warning(
+                "torch could not AOT-compile %s (%s: %s); compiling it without saving it",
+                type(self.model).__name__,
+                type(error).__name__,
+                error,
+            )
+            self.backend.serializable = False
+            self.backend.forget_pieces()
+            return None
+        compiled.disable_guard_check()  # as trace once: nothing the guards check varies
+        self.saved_to_disk = aot_cache.save_compiled_model(compiled, self.artifact_path)
+        self._hook.remove()
+        return compiled
+
+    # ANCHOR_END: aot_compile
 
     def _mark_dynamic(self, args: tuple, kwargs: dict) -> None:
         import inspect

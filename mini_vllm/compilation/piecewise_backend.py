@@ -21,6 +21,10 @@ first dimension is the symbol for the number of tokens. The backend:
    piecewise graphs), which captures per batch descriptor later.
 Identical pieces (every middle layer looks the same to Inductor) hit Inductor's FX-graph
 cache, so a 30-layer model compiles little more than three distinct pieces.
+
+Under an AOT compile (mini_vllm/compilation/aot_cache.py) each piece is compiled as a
+standalone artifact and the backend returns a `CompiledSplitModel` that torch can save;
+a later start loads it and `adopt` installs its pieces without tracing or compiling.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from mini_vllm.compilation.aot_cache import CompiledSplitModel
 from mini_vllm.compilation.cuda_graph import CUDAGraphWrapper, GraphCounters
 from mini_vllm.compilation.fusion import run_fusion_passes
 from mini_vllm.compilation.graph_backend import GraphBackend
@@ -131,6 +136,25 @@ def inductor_compile(gm: torch.fx.GraphModule, example_inputs: list) -> Callable
     return compile_fx(gm, example_inputs, config_patches=INDUCTOR_CONFIG)
 
 
+def standalone_compile(gm: torch.fx.GraphModule, example_inputs: list) -> tuple[Any, bytes]:
+    """Inductor on one piece, as an artifact that can be saved: (callable, its bytes).
+
+    vLLM counterpart: `InductorStandaloneAdaptor.compile` in
+    vllm/compilation/compiler_interface.py. "from_graph": the piece keeps the symbolic
+    token count Dynamo gave it, so one artifact serves every batch size.
+    """
+    import pickle
+
+    compiled = torch._inductor.standalone_compile(
+        gm,
+        example_inputs,
+        dynamic_shapes="from_graph",
+        options={"config_patches": INDUCTOR_CONFIG},
+        aot=True,
+    )
+    return compiled, pickle.dumps(compiled.serialize())
+
+
 class _PieceCompiler(torch.fx.Interpreter):
     """Runs the split module on fake inputs and compiles each piece on the way."""
 
@@ -159,6 +183,9 @@ class PiecewiseCompileBackend:
         self.pieces = pieces
         self.stats = stats if stats is not None else CompileStats()
         self.fusion = fusion  # run the fusion passes (mini_vllm/compilation/fusion.py)
+        # Set by the compile wrapper for an AOT compile: each piece is compiled as a
+        # standalone artifact and the result can be saved (mini_vllm/compilation/aot_cache.py).
+        self.serializable = False
 
     @property
     def uses_custom_ops(self) -> bool:
@@ -175,25 +202,36 @@ class PiecewiseCompileBackend:
         split, items = split_graph(gm, is_attention_node(gm))
         self.pieces.split_items = items
         to_compile = {item.submod_name for item in items if not item.is_splitting_graph}
+        artifacts: dict[str, bytes] = {}
+        returns_tuple: dict[str, bool] = {}
 
         # ANCHOR: compile_piece
         def compile_piece(name: str, module: torch.fx.GraphModule, args: tuple) -> None:
             if name not in to_compile:
                 return  # attention: stays the opaque eager op
             self.stats.compiled_pieces += 1
-            self.pieces.install(
-                split, name, CompiledPiece(inductor_compile(module, list(args)), name)
-            )
+            if self.serializable:
+                from torch._inductor.compile_fx import graph_returns_tuple
+
+                returns_tuple[name] = graph_returns_tuple(module)
+                # Called in this process, the artifact returns what the graph returns.
+                runnable, artifacts[name] = standalone_compile(module, list(args))
+            else:
+                runnable = inductor_compile(module, list(args))
+            self.pieces.install(split, name, CompiledPiece(runnable, name))
 
         # ANCHOR_END: compile_piece
 
         # Dynamo hands over the parameters as the real tensors and the inputs as fake
         # ones; run the pieces entirely on fake tensors (no real compute, symbolic sizes).
+        # The Python dispatcher lets the meta functions see symbolic sizes (Dynamo has it
+        # on around its backend call, an AOT compile does not).
         fake_mode = torch._guards.detect_fake_mode(example_inputs)
         if fake_mode is None:
             from torch._subclasses.fake_tensor import FakeTensorMode
 
             fake_mode = FakeTensorMode()
+        from torch._dispatch.python import enable_python_dispatcher
         from torch._subclasses.fake_tensor import FakeTensor
 
         fake_inputs = [
@@ -202,10 +240,43 @@ class PiecewiseCompileBackend:
             else x
             for x in example_inputs
         ]
-        with fake_mode:
+        with fake_mode, enable_python_dispatcher():
             _PieceCompiler(split, compile_piece).run(*fake_inputs)
         self.stats.seconds += time.perf_counter() - start
-        return split
+        if not self.serializable:
+            return split
+        return CompiledSplitModel(
+            split,
+            gm,
+            artifacts,
+            returns_tuple,
+            {item.submod_name: item.is_splitting_graph for item in items},
+            self.stats.fused_pairs,
+        )
+
+    def forget_pieces(self) -> None:
+        """Drop what a failed compile installed, before compiling again."""
+        self.pieces.wrappers.clear()
+        self.pieces.split_items = []
+        self.stats.compiled_pieces = 0
+        self.stats.dynamo_graphs = 0
+        self.stats.fused_pairs = 0
+
+    # ANCHOR: adopt
+    def adopt(self, saved: CompiledSplitModel) -> None:
+        """Install the pieces of a compiled model loaded from disk, as `__call__` would have."""
+        self.stats.graph = saved.dynamo_graph
+        self.stats.fused_pairs = saved.fused_pairs
+        split = saved.split
+        self.pieces.split_items = [
+            SplitItem(name, index, is_splitting, split.get_submodule(name))
+            for index, (name, is_splitting) in enumerate(saved.splitting.items())
+        ]
+        for name, runnable in saved.loaded.items():
+            self.stats.compiled_pieces += 1
+            self.pieces.install(split, name, CompiledPiece(runnable, name))
+
+    # ANCHOR_END: adopt
 
 
 # ANCHOR_END: piecewise_backend

@@ -409,6 +409,8 @@ class ModelRunner:
             self.graphs.compile_stats,
             run_once,
             fusion=self.graphs.fusion,
+            compiler=self.graphs.compiler,
+            dtype=self.dtype,
         )
         return self.compile_report
 
