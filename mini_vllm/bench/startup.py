@@ -14,7 +14,8 @@ processes with and without the compile cache). Here each start is a fresh proces
   package has its .pyc files; a container with PYTHONDONTWRITEBYTECODE would otherwise
   recompile torch's sources at every start, about 10 s on the H100 machine measured).
 
-Each start reports its phases: compiling (Dynamo, Inductor and the first run),
+Each start reports its phases: compiling (Dynamo, Inductor and the first run; at a warm
+start, loading the compiled model the cold one saved, mini_vllm/compilation/aot_cache.py),
 capturing the CUDA graphs (a warm-up run and a capture per graph), and, counted inside
 those two, autotuning (the first launch of each Triton product kernel shape: timing its
 tiles, or reading the cached pick, and compiling it); and the total to the first token.
