@@ -34,7 +34,13 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-__all__ = ["StartupRun", "format_startup_markdown", "measure_one_start", "run_startup_bench"]
+__all__ = [
+    "StartupRun",
+    "format_startup_markdown",
+    "fresh_start_env",
+    "measure_one_start",
+    "run_startup_bench",
+]
 
 
 @dataclass
@@ -45,6 +51,7 @@ class StartupRun:
     compile_s: float  # tracing, Inductor and the first run, autotuning inside included
     autotune_s: float  # first launches of the Triton product kernels, wherever they ran
     capture_s: float  # warm-up runs and capture of every graph, autotuning inside included
+    warmup_s: float  # of capture_s: the eager warm-up run before each capture
     first_token_s: float
     num_graphs: int
     num_sizes: int
@@ -75,6 +82,7 @@ def measure_one_start(model: str, device: str, compilation_mode: str, cudagraph_
         "total_s": done - started,
         "compile_s": compile_s,
         "capture_s": capture_s,
+        "warmup_s": capture.warmup_seconds if capture else 0.0,
         "autotune_s": autotune_s,
         "built_s": built - started,
         "first_token_s": done - built,
@@ -91,6 +99,25 @@ def _run_child(env: dict, args: list[str]) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def fresh_start_env(scratch: Path, log=print) -> dict:
+    """The environment of a start on empty caches under `scratch`; Python's bytecode for
+    it is written first, untimed (scripts/gpu/startup_profile.py starts the same way)."""
+    env = dict(os.environ)
+    env["MINI_VLLM_CACHE"] = str(scratch / "mini_vllm")
+    env["TRITON_CACHE_DIR"] = str(scratch / "triton")
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # under MINI_VLLM_CACHE
+    # Python's own bytecode cache: an installed package has its .pyc files, but an
+    # environment with PYTHONDONTWRITEBYTECODE (containers often set it) would make
+    # every start compile torch's sources again, seconds that are no part of the
+    # engine. Both starts read bytecode written once, before the cold one.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(scratch / "pycache")
+    log("writing Python's bytecode cache (not timed) ...")
+    imports = "import torch._dynamo, torch._inductor.compile_fx, mini_vllm.llm"
+    subprocess.run([sys.executable, "-c", imports], env=env, check=True)
+    return env
+
+
 def run_startup_bench(
     model: str = "smollm2-135m",
     device: str = "cuda",
@@ -101,19 +128,7 @@ def run_startup_bench(
     """A cold start, then a warm one, each in a fresh process."""
     runs = []
     with tempfile.TemporaryDirectory(prefix="mini-vllm-startup-") as scratch:
-        env = dict(os.environ)
-        env["MINI_VLLM_CACHE"] = str(Path(scratch) / "mini_vllm")
-        env["TRITON_CACHE_DIR"] = str(Path(scratch) / "triton")
-        env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # under MINI_VLLM_CACHE
-        # Python's own bytecode cache: an installed package has its .pyc files, but an
-        # environment with PYTHONDONTWRITEBYTECODE (containers often set it) would make
-        # every start compile torch's sources again, seconds that are no part of the
-        # engine. Both starts read bytecode written once, before the cold one.
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = str(Path(scratch) / "pycache")
-        log("writing Python's bytecode cache (not timed) ...")
-        imports = "import torch._dynamo, torch._inductor.compile_fx, mini_vllm.llm"
-        subprocess.run([sys.executable, "-c", imports], env=env, check=True)
+        env = fresh_start_env(Path(scratch), log)
         for label in ("cold", "warm"):
             log(f"{label} start: a fresh process ...")
             got = _run_child(env, [model, device, compilation_mode, cudagraph_mode])
@@ -125,6 +140,7 @@ def run_startup_bench(
                     compile_s=got["compile_s"],
                     autotune_s=got["autotune_s"],
                     capture_s=got["capture_s"],
+                    warmup_s=got["warmup_s"],
                     first_token_s=got["first_token_s"],
                     num_graphs=got["num_graphs"],
                     num_sizes=got["num_sizes"],
@@ -151,16 +167,18 @@ def format_startup_markdown(
         "- cold: empty compile and Triton caches; warm: a second process on the same caches; "
         "both with Python's bytecode written beforehand, as an installed package has it",
         "- compile and capture include the autotuning done inside them; autotune is that part",
+        "- capture is an eager warm-up run and a captured run per batch size; the warm-up "
+        "runs' share is the column after it",
         "",
         "<!-- ANCHOR: startup -->",
-        "| start | to first token s | engine built s | compile s | capture s | autotune s "
-        "| graphs | sizes |",
-        "|---|---|---|---|---|---|---|---|",
+        "| start | to first token s | engine built s | compile s | capture s "
+        "| of which warm-up runs s | autotune s | graphs | sizes |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         lines.append(
             f"| {run.label} | {run.total_s:.1f} | {run.built_s:.1f} | {run.compile_s:.1f} "
-            f"| {run.capture_s:.1f} "
+            f"| {run.capture_s:.1f} | {run.warmup_s:.1f} "
             f"| {run.autotune_s:.1f} | {run.num_graphs} | {run.num_sizes} |"
         )
     lines.append("<!-- ANCHOR_END: startup -->")

@@ -71,6 +71,7 @@ class CaptureReport:
     sizes: list[int]  # capture sizes, as tried (largest first)
     seconds: float
     graph_memory_bytes: int | None  # device memory in the graphs' pool; None on CPU
+    warmup_seconds: float = 0.0  # of `seconds`: the eager warm-up run before each capture
 
 
 class SampledTokens:
@@ -426,6 +427,7 @@ class ModelRunner:
         from tqdm.auto import tqdm
 
         start = time.perf_counter()
+        warmup_seconds = 0.0
         gc.collect()
         gc.freeze()  # capture creates many objects; don't let the collector walk them all
         set_cudagraph_capturing_enabled(True)
@@ -440,11 +442,16 @@ class ModelRunner:
                 n = inputs.num_tokens
                 width = self._table_width(inputs, mode)
                 metadata = self._copy_in(inputs, width)
+                warmup_start = time.perf_counter()
                 with (
                     self.graph_backend.warmup_context(),
                     self._forward_context(CUDAGraphMode.NONE, descriptor, metadata),
                 ):
                     self.graphs.forward(self.input_ids[:n], self.positions[:n])
+                # The capture begins with a synchronisation anyway: waiting here only
+                # moves the warm-up's GPU time into the warm-up's share.
+                self.graph_backend.synchronize()
+                warmup_seconds += time.perf_counter() - warmup_start
                 with self._forward_context(mode, descriptor, metadata):
                     self.graphs.forward(self.input_ids[:n], self.positions[:n])
             self.graph_backend.synchronize()
@@ -457,12 +464,14 @@ class ModelRunner:
             sizes=sorted({k.num_tokens for _, k in keys}, reverse=True),
             seconds=time.perf_counter() - start,
             graph_memory_bytes=memory,
+            warmup_seconds=warmup_seconds,
         )
         logger.info(
-            "captured %d graphs for %d sizes in %.2f s%s",
+            "captured %d graphs for %d sizes in %.2f s (warm-up runs %.2f s)%s",
             self.capture_report.num_graphs,
             len(self.capture_report.sizes),
             self.capture_report.seconds,
+            warmup_seconds,
             "" if memory is None else f", graph memory {memory / 2**20:.1f} MiB",
         )
         return self.capture_report

@@ -34,11 +34,10 @@ def add_arguments(parser) -> None:
 
 def measure(args, report) -> None:
     start_args = [args.model, "cuda", args.compilation_mode, args.cudagraph_mode]
+    from mini_vllm.bench.startup import fresh_start_env
+
     with tempfile.TemporaryDirectory(prefix="mini-vllm-startup-profile-") as scratch:
-        env = dict(os.environ)
-        env["MINI_VLLM_CACHE"] = str(Path(scratch) / "mini_vllm")
-        env["TRITON_CACHE_DIR"] = str(Path(scratch) / "triton")
-        env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        env = fresh_start_env(Path(scratch), report)  # as `bench startup`: bytecode written first
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         stats_file = Path(scratch) / "start.prof"
         plain = [sys.executable, "-m", "mini_vllm.bench.startup", *start_args]
