@@ -198,6 +198,7 @@ class TorchCompileWrapper:
         forward = type(self.model).forward
         loaded = aot_cache.load_compiled_model(self.artifact_path, forward.__globals__)
         if loaded is not None:
+            # What the backend returned, as torch keeps it (vLLM reads it there too).
             self.backend.adopt(loaded._artifacts.compiled_fn)
             self.loaded_from_disk = True
             self._hook.remove()
