@@ -525,21 +525,31 @@ def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=N
 _skinny_choices: dict[tuple, bool] = {}
 
 
-def _graph_us(fn, calls: int = 10) -> float:
+def graph_time_us(fn, calls: int = 10, replays: int = 3, warmups: int = 1) -> float:
+    """Median time in µs of one call of `fn`, from `replays` replays of a CUDA graph of
+    `calls` calls (no host launch counted). The warm-up calls, where a Triton kernel is
+    tuned and compiled, run on a side stream, as PyTorch asks before a capture; the engine's
+    choice below uses the defaults, scripts/gpu/skinny_gemm.py more of everything."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmups):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    fn()  # tuned and compiled before the capture
     with torch.cuda.graph(graph):
         for _ in range(calls):
             fn()
+    graph.replay()  # the first replay uploads the graph: not timed
     times = []
-    for _ in range(3):
+    for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         graph.replay()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1000 / calls)
-    return sorted(times)[1]
+    return sorted(times)[len(times) // 2]
 
 
 def skinny_is_faster(x, weight, prologue: int, skinny, fallback) -> bool:
@@ -552,7 +562,7 @@ def skinny_is_faster(x, weight, prologue: int, skinny, fallback) -> bool:
         if torch.cuda.is_current_stream_capturing():
             return False
         started, counted = time.perf_counter(), _first_launch_seconds[0]
-        choice = _skinny_choices[key] = _graph_us(skinny) < _graph_us(fallback)
+        choice = _skinny_choices[key] = graph_time_us(skinny) < graph_time_us(fallback)
         # The first launches inside were counted already: add only the rest.
         inside = _first_launch_seconds[0] - counted
         _first_launch_seconds[0] += time.perf_counter() - started - inside
