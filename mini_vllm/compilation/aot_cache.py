@@ -27,6 +27,7 @@ turns saving and loading off.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import logging
@@ -68,6 +69,7 @@ def aot_compile_supported() -> bool:
     )
 
 
+@functools.cache  # read once a process: every engine's start asks for it
 def compiler_sources_digest() -> str:
     """A hash of mini_vllm's compiler code: what changes the artifact without being traced."""
     digest = hashlib.sha256()

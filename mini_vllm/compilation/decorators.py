@@ -35,7 +35,11 @@ import torch
 
 from mini_vllm.compilation import aot_cache
 from mini_vllm.compilation.attention_op import use_attention_op
-from mini_vllm.compilation.piecewise_backend import CompileStats, inductor_compile
+from mini_vllm.compilation.piecewise_backend import (
+    CompileStats,
+    PiecewiseCompileBackend,
+    inductor_compile,
+)
 from mini_vllm.config.compilation import CompilationMode
 from mini_vllm.layers.custom_op import use_custom_ops
 
@@ -184,7 +188,7 @@ class TorchCompileWrapper:
     def _uses_aot_compile(self) -> bool:
         return (
             self.artifact_path is not None
-            and hasattr(self.backend, "adopt")
+            and isinstance(self.backend, PiecewiseCompileBackend)
             and aot_cache.aot_compile_supported()
         )
 
