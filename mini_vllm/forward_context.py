@@ -45,6 +45,11 @@ class ForwardContext:
     # The model's attention layers by `layer_name` (vLLM: the static forward context of
     # the engine's compilation config): where the opaque attention op finds its layer.
     no_compile_layers: dict[str, Any] = field(default_factory=dict)
+    # A dummy run whose attention results nobody reads (the warm-up and capture of
+    # PIECEWISE graphs, which leave attention out): attention writes zeros and does no
+    # work. vLLM signals it with `attn_metadata=None`; here that stays a mistake with
+    # its own error, and a dummy run says what it is.
+    skip_attention: bool = False
 
 
 _current: ForwardContext | None = None
@@ -65,11 +70,16 @@ def set_forward_context(
     batch_descriptor: BatchDescriptor | None = None,
     attn_metadata: Any = None,
     no_compile_layers: dict[str, Any] | None = None,
+    skip_attention: bool = False,
 ) -> Iterator[ForwardContext]:
     global _current
     previous = _current
     _current = ForwardContext(
-        cudagraph_runtime_mode, batch_descriptor, attn_metadata, no_compile_layers or {}
+        cudagraph_runtime_mode,
+        batch_descriptor,
+        attn_metadata,
+        no_compile_layers or {},
+        skip_attention,
     )
     try:
         yield _current

@@ -270,6 +270,39 @@ def test_full_and_piecewise_routes_decode_to_full_and_mixed_to_piecewise(device)
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_capture_runs_attention_for_full_keys_only(device, monkeypatch):
+    # A PIECEWISE graph leaves attention out, so its warm-up and capture runs skip it;
+    # a FULL graph records attention, so both of its runs compute it.
+    from mini_vllm.attention.paged import PagedAttentionBackend
+    from mini_vllm.forward_context import get_forward_context
+
+    keys_seen = []
+    forward = PagedAttentionBackend.forward
+
+    def counting_forward(self, *args, **kwargs):
+        keys_seen.append(get_forward_context().batch_descriptor)
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(PagedAttentionBackend, "forward", counting_forward)
+    llm = make_llm(
+        device, cudagraph_mode="full_and_piecewise", cudagraph_capture_sizes=[1, 2, 4, 8]
+    )
+    runner = llm.engine.runner
+    layers = runner.model.config.num_hidden_layers
+    during_capture = [key for key in keys_seen if key is not None]  # compile's run has none
+    full_keys = [key for mode, key in runner.dispatcher.all_keys() if mode is CUDAGraphMode.FULL]
+    piecewise_keys = [
+        key for mode, key in runner.dispatcher.all_keys() if mode is CUDAGraphMode.PIECEWISE
+    ]
+    assert full_keys and piecewise_keys
+    assert all(key.uniform for key in during_capture)
+    assert len(during_capture) == 2 * layers * len(full_keys)  # a warm-up and a capture each
+    outputs = llm.generate(prompts(3, seed=2), GREEDY, use_tqdm=False)
+    eager = make_llm(device).generate(prompts(3, seed=2), GREEDY, use_tqdm=False)
+    assert [o.token_ids for o in outputs] == [o.token_ids for o in eager]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_hit_rate_and_padding_waste_are_counted_right(device):
     # Three requests of equal length: one prefill step of 3 x 5 tokens (15 -> 16,
     # piecewise), then decode steps of 3 rows padded to 4 (full).

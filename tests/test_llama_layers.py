@@ -144,6 +144,24 @@ def test_attention_without_backend_says_what_to_do():
         layer(torch.zeros(1, 32), torch.zeros(1, 16), torch.zeros(1, 16))
 
 
+def test_attention_without_metadata_says_what_to_do_and_a_dummy_run_writes_zeros():
+    from mini_vllm.forward_context import set_forward_context
+
+    layer = Attention(0, 4, 2, 8, 8**-0.5)
+    caches = allocate_contiguous_kv_caches(1, 1, 4, 2, 8, torch.float32, "cpu")
+    layer.impl, layer.kv_cache = ContiguousAttentionBackend(), caches[0]
+    q, k, v = torch.randn(3, 32), torch.randn(3, 16), torch.randn(3, 16)
+    with torch.inference_mode():
+        with set_forward_context(None), pytest.raises(RuntimeError, match="attn_metadata="):
+            layer(q, k, v)
+        output = torch.full((3, 32), float("nan"))
+        with set_forward_context(None, skip_attention=True):
+            assert layer(q, k, v, output) is output
+            assert torch.equal(layer(q, k, v), torch.zeros(3, 32))
+        assert torch.equal(output, torch.zeros(3, 32))
+        assert torch.count_nonzero(caches[0]) == 0  # a dummy run writes no key or value
+
+
 # ---------------------------------------------------------------- RMSNorm
 
 

@@ -283,9 +283,14 @@ class ModelRunner:
         mode: CUDAGraphMode,
         descriptor: BatchDescriptor | None,
         metadata: PagedAttentionMetadata,
+        skip_attention: bool = False,
     ):
         return set_forward_context(
-            mode, descriptor, metadata, no_compile_layers=self.static_forward_context
+            mode,
+            descriptor,
+            metadata,
+            no_compile_layers=self.static_forward_context,
+            skip_attention=skip_attention,
         )
 
     def _table_width(self, inputs: ModelInputs, runtime_mode: CUDAGraphMode) -> int:
@@ -442,17 +447,21 @@ class ModelRunner:
                 n = inputs.num_tokens
                 width = self._table_width(inputs, mode)
                 metadata = self._copy_in(inputs, width)
+                # A PIECEWISE graph leaves attention out, so what attention computes in
+                # these two runs is never recorded: it does no work here (vLLM's
+                # `_dummy_run` builds attention metadata only for FULL keys).
+                skip_attention = mode is CUDAGraphMode.PIECEWISE
                 warmup_start = time.perf_counter()
                 with (
                     self.graph_backend.warmup_context(),
-                    self._forward_context(CUDAGraphMode.NONE, descriptor, metadata),
+                    self._forward_context(CUDAGraphMode.NONE, descriptor, metadata, skip_attention),
                 ):
                     self.graphs.forward(self.input_ids[:n], self.positions[:n])
                 # The capture begins with a synchronisation anyway: waiting here only
                 # moves the warm-up's GPU time into the warm-up's share.
                 self.graph_backend.synchronize()
                 warmup_seconds += time.perf_counter() - warmup_start
-                with self._forward_context(mode, descriptor, metadata):
+                with self._forward_context(mode, descriptor, metadata, skip_attention):
                     self.graphs.forward(self.input_ids[:n], self.positions[:n])
             self.graph_backend.synchronize()
         finally:
