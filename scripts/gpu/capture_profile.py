@@ -11,19 +11,18 @@ startup` does), then starts twice more on them, each a fresh process:
   its GPU work; for each graph, the capture split into its start (a synchronisation and
   `capture_begin`), the recorded call, and its end (`capture_end`, which instantiates
   the graph). Printed per key and summed by kind of key;
-- once under a sampling profiler, from the imports to the first token: py-spy where it
-  is installed (`pip install py-spy`), whose samples are printed as each function's own
-  and inclusive share, over the whole start and over the capture alone; cProfile
-  otherwise (its attribution is skewed where Dynamo swaps Python's frame evaluation).
+- once under py-spy, where it is installed (`pip install py-spy`), from the imports to
+  the first token: each function's own and inclusive share of the samples, over the
+  whole start and over the capture alone. (scripts/gpu/startup_profile.py gives
+  cProfile's view of a start; its attribution is skewed where Dynamo swaps Python's
+  frame evaluation, which a sampling profiler does not mind.)
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
-import pstats
 import re
 import shutil
 import subprocess
@@ -98,28 +97,20 @@ def _install_timers(records: dict) -> None:
     CUDAGraphBackend.capture = timed_capture
 
 
-def child(kind: str, result_path: str, start_args: list[str]) -> None:
-    """One start in this process: `timers` writes JSON, `cprofile` writes pstats."""
-    import cProfile
-
+def child(result_path: str, start_args: list[str]) -> None:
+    """One start in this process with the timers on: the records go to `result_path`,
+    the phases to stdout as every start prints them."""
     from mini_vllm.bench.startup import measure_one_start
 
-    if kind == "timers":
-        records: dict = {"warmups": [], "captures": []}
-        _install_timers(records)
-        records["phases"] = measure_one_start(*start_args)
-        Path(result_path).write_text(json.dumps(records))
-    else:
-        profile = cProfile.Profile()
-        profile.enable()
-        phases = measure_one_start(*start_args)
-        profile.disable()
-        profile.dump_stats(result_path)
-        print(json.dumps(phases))
+    records: dict = {"warmups": [], "captures": []}
+    _install_timers(records)
+    phases = measure_one_start(*start_args)
+    Path(result_path).write_text(json.dumps(records))
+    print(json.dumps(phases))
 
 
-def _summarise(records: dict, keys: list[str], report) -> None:
-    warmups, captures = records["warmups"], records["captures"]
+def _summarise(records: dict, report) -> None:
+    warmups, captures, keys = records["warmups"], records["captures"], records["keys"]
     by_key: dict[int, list] = {}
     for index, begin, call, end in captures:
         by_key.setdefault(index, []).append((begin, call, end))
@@ -163,24 +154,21 @@ def measure(args, report) -> None:
     with tempfile.TemporaryDirectory(prefix="mini-vllm-capture-profile-") as scratch:
         env = fresh_start_env(Path(scratch), report)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        me = [sys.executable, str(Path(__file__).resolve()), "--child"]
         plain = [sys.executable, "-m", "mini_vllm.bench.startup", *start_args]
         timers_file = Path(scratch) / "timers.json"
         py_spy = shutil.which("py-spy")
-        if py_spy:
-            profile_file = Path(scratch) / "start.stacks"
-            sampled = [
-                py_spy, "record", "--format", "raw", "--rate", str(args.rate),
-                "--output", str(profile_file), *(["--native"] if args.native else []),
-                "--", *plain,
-            ]  # fmt: skip
-        else:
-            profile_file = Path(scratch) / "start.prof"
-            sampled = [*me, "cprofile", str(profile_file), *start_args]
+        profile_file = Path(scratch) / "start.stacks"
+        sampled = [
+            str(py_spy), "record", "--format", "raw", "--rate", str(args.rate),
+            "--output", str(profile_file), *(["--native"] if args.native else []),
+            "--", *plain,
+        ]  # fmt: skip
+        timed = [sys.executable, str(Path(__file__).resolve()), "--child", str(timers_file)]
+        timed += start_args
         runs = [
             ("cold (fills the caches)", plain),
-            ("warm, with timers", [*me, "timers", str(timers_file), *start_args]),
-            (f"warm, under {'py-spy' if py_spy else 'cProfile'}", sampled),
+            ("warm, with timers", timed),
+            *([("warm, under py-spy", sampled)] if py_spy else []),
         ]
         for label, command in runs:
             t0 = time.perf_counter()
@@ -189,33 +177,24 @@ def measure(args, report) -> None:
             )
             if done.returncode != 0:
                 raise RuntimeError(f"the {label} start failed:\n{done.stderr[-4000:]}")
-            phases = (
-                json.loads(timers_file.read_text())["phases"]
-                if command is runs[1][1]
-                else json.loads(_last_json_line(done.stdout))
-            )
+            phases = json.loads(_last_json_line(done.stdout))
             report(f"{label} ({time.perf_counter() - t0:.1f} s wall): " + ", ".join(
                 f"{key} {value:.2f}" if isinstance(value, float) else f"{key} {value}"
                 for key, value in phases.items()
             ))  # fmt: skip
         report("")
         records = json.loads(timers_file.read_text())
-        _summarise(records, records["keys"], report)
+        _summarise(records, report)
         report("")
-        if py_spy:
-            stacks = _read_stacks(profile_file)
-            for title, within in (
-                ("the whole start", None),
-                ("the capture", "ModelRunner.capture_model"),
-            ):
-                _report_stacks(stacks, within, args.rows, args.rate, title, report)
-        else:
-            for order in ("tottime", "cumulative"):
-                text = io.StringIO()
-                pstats.Stats(str(profile_file), stream=text).sort_stats(order).print_stats(
-                    args.rows
-                )
-                report(text.getvalue())
+        if not py_spy:
+            report("py-spy is not installed here: no sampled profile (pip install py-spy)")
+            return
+        stacks = _read_stacks(profile_file)
+        for title, within in (
+            ("the whole start", None),
+            ("the capture", "ModelRunner.capture_model"),
+        ):
+            _report_stacks(stacks, within, args.rows, args.rate, title, report)
 
 
 def _last_json_line(stdout: str) -> str:
@@ -272,6 +251,6 @@ def _report_stacks(stacks, within, rows: int, rate: int, title: str, report) -> 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3], sys.argv[4:8])
+        child(sys.argv[2], sys.argv[3:7])
         sys.exit(0)
     sys.exit(run_script(__file__, __doc__.splitlines()[0], measure, add_arguments))
