@@ -27,6 +27,8 @@ The engine (what `LLM` runs)
     tokenizer.py      tokenizers and incremental detokenisation (vllm/transformers_utils/)
     envs.py           every MINI_VLLM_* environment switch (vllm/envs.py)
     utils.py          small helpers shared by the engine and the tools (vllm/utils/)
+    torch_utils.py    custom ops registered directly with the dispatcher
+                      (vllm/utils/torch_utils.py)
 
 The teaching models (one idea alone; the engine never imports them)
     teaching/         the CUDA-graph simulator, the launch-overhead timeline, Phase 00's loop

@@ -27,6 +27,7 @@ import torch
 
 from mini_vllm.forward_context import get_forward_context
 from mini_vllm.layers.attention import Attention, attention_layers
+from mini_vllm.torch_utils import direct_register_custom_op
 
 __all__ = ["attention", "attention_with_rope", "use_attention_op"]
 
@@ -50,7 +51,6 @@ def _layer(layer_name: str) -> Attention:
 
 
 # ANCHOR: custom_op
-@torch.library.custom_op("mini_vllm::attention", mutates_args=("output",))
 def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor, layer_name: str
 ) -> None:
@@ -58,17 +58,20 @@ def attention(
     _layer(layer_name).run_backend(q, k, v, output)
 
 
-@attention.register_fake
 def _attention_fake(q, k, v, output, layer_name):
     # Shapes are all the compiler needs: the op changes `output` in place and returns nothing.
     return None
+
+
+direct_register_custom_op(
+    "attention", attention, mutates_args=["output"], fake_impl=_attention_fake
+)
 
 
 # ANCHOR_END: custom_op
 
 
 # ANCHOR: attention_with_rope
-@torch.library.custom_op("mini_vllm::attention_with_rope", mutates_args=("output",))
 def attention_with_rope(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -84,9 +87,16 @@ def attention_with_rope(
     _layer(layer_name).run_backend(q, k, v, output, rope=(positions, cos_sin_cache))
 
 
-@attention_with_rope.register_fake
 def _attention_with_rope_fake(q, k, v, output, layer_name, positions, cos_sin_cache):
     return None
+
+
+direct_register_custom_op(
+    "attention_with_rope",
+    attention_with_rope,
+    mutates_args=["output"],
+    fake_impl=_attention_with_rope_fake,
+)
 
 
 # ANCHOR_END: attention_with_rope

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from mini_vllm.layers.custom_op import CustomOp
 from mini_vllm.layers.triton_launch import launch
+from mini_vllm.torch_utils import direct_register_custom_op
 
 try:
     import triton
@@ -69,14 +70,15 @@ def silu_and_mul_cuda(gate_up: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@torch.library.custom_op("mini_vllm::silu_and_mul", mutates_args=())
 def silu_and_mul_op(gate_up: torch.Tensor) -> torch.Tensor:
     return silu_and_mul_cuda(gate_up)
 
 
-@silu_and_mul_op.register_fake
 def _silu_and_mul_fake(gate_up):
     return gate_up.new_empty((*gate_up.shape[:-1], gate_up.shape[-1] // 2))
+
+
+direct_register_custom_op("silu_and_mul", silu_and_mul_op, fake_impl=_silu_and_mul_fake)
 
 
 class SiluAndMul(CustomOp):

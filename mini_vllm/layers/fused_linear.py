@@ -29,12 +29,13 @@ from mini_vllm.layers.triton_gemv import (
     ADD_RMS_NORM,
     RMS_NORM,
     SILU_AND_MUL,
-    linear,
+    linear_cuda,
     skinny_is_faster,
     triton_gemv_available,
     triton_rms_norm_gemv,
     triton_silu_and_mul_gemv,
 )
+from mini_vllm.torch_utils import direct_register_custom_op
 
 __all__ = ["fused_add_rms_norm_linear", "rms_norm_linear", "silu_and_mul_linear"]
 
@@ -56,7 +57,6 @@ def _fused_wins(x, weight, prologue: int, fused, unfused) -> bool:
 
 
 # ANCHOR: fused_ops
-@torch.library.custom_op("mini_vllm::rms_norm_linear", mutates_args=())
 def rms_norm_linear(
     x: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor
 ) -> torch.Tensor:
@@ -66,7 +66,7 @@ def rms_norm_linear(
         return triton_rms_norm_gemv(x, None, norm_weight, eps, weight)
 
     def unfused():
-        return linear(rms_norm_op(x, norm_weight, eps), weight)
+        return linear_cuda(rms_norm_op(x, norm_weight, eps), weight)
 
     if _fused_kernel_fits(x, weight, norm_weight) and _fused_wins(
         x, weight, RMS_NORM, fused, unfused
@@ -75,7 +75,6 @@ def rms_norm_linear(
     return unfused()
 
 
-@torch.library.custom_op("mini_vllm::fused_add_rms_norm_linear", mutates_args=())
 def fused_add_rms_norm_linear(
     x: torch.Tensor,
     residual: torch.Tensor,
@@ -90,7 +89,7 @@ def fused_add_rms_norm_linear(
 
     def unfused():
         normed, summed = fused_add_rms_norm_op(x, residual, norm_weight, eps)
-        return linear(normed, weight), summed
+        return linear_cuda(normed, weight), summed
 
     if (
         _fused_kernel_fits(x, weight, norm_weight)
@@ -101,7 +100,6 @@ def fused_add_rms_norm_linear(
     return unfused()
 
 
-@torch.library.custom_op("mini_vllm::silu_and_mul_linear", mutates_args=())
 def silu_and_mul_linear(gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """linear(silu(gate) * up, weight) for gate_up = [gate | up]."""
 
@@ -109,7 +107,7 @@ def silu_and_mul_linear(gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Te
         return triton_silu_and_mul_gemv(gate_up, weight)
 
     def unfused():
-        return linear(silu_and_mul_op(gate_up), weight)
+        return linear_cuda(silu_and_mul_op(gate_up), weight)
 
     if _fused_kernel_fits(gate_up, weight) and _fused_wins(
         gate_up, weight, SILU_AND_MUL, fused, unfused
@@ -121,16 +119,27 @@ def silu_and_mul_linear(gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Te
 # ANCHOR_END: fused_ops
 
 
-@rms_norm_linear.register_fake
 def _rms_norm_linear_fake(x, norm_weight, eps, weight):
     return x.new_empty((x.shape[0], weight.shape[0]))
 
 
-@fused_add_rms_norm_linear.register_fake
 def _fused_add_rms_norm_linear_fake(x, residual, norm_weight, eps, weight):
     return x.new_empty((x.shape[0], weight.shape[0])), torch.empty_like(x)
 
 
-@silu_and_mul_linear.register_fake
 def _silu_and_mul_linear_fake(gate_up, weight):
     return gate_up.new_empty((gate_up.shape[0], weight.shape[0]))
+
+
+# The nodes the fusion passes emit (torch.ops.mini_vllm.*). Inside them the unfused
+# path calls the norm, the activation and the product as plain functions: at run time,
+# one trip through the dispatcher per op is enough.
+direct_register_custom_op("rms_norm_linear", rms_norm_linear, fake_impl=_rms_norm_linear_fake)
+direct_register_custom_op(
+    "fused_add_rms_norm_linear",
+    fused_add_rms_norm_linear,
+    fake_impl=_fused_add_rms_norm_linear_fake,
+)
+direct_register_custom_op(
+    "silu_and_mul_linear", silu_and_mul_linear, fake_impl=_silu_and_mul_linear_fake
+)

@@ -25,6 +25,7 @@ from torch import nn
 
 from mini_vllm.layers.custom_op import CustomOp
 from mini_vllm.layers.rmsnorm_triton import triton_rmsnorm, triton_rmsnorm_available
+from mini_vllm.torch_utils import direct_register_custom_op
 
 __all__ = ["RMSNorm", "rms_norm_native"]
 
@@ -42,19 +43,16 @@ def rms_norm_native(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
 # ANCHOR_END: rms_norm_native
 
 
-@torch.library.custom_op("mini_vllm::rms_norm", mutates_args=())
 def rms_norm_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     if triton_rmsnorm_available(x) and x.dtype == weight.dtype:
         return triton_rmsnorm(x, weight, eps)
     return rms_norm_native(x, weight, eps)
 
 
-@rms_norm_op.register_fake
 def _rms_norm_fake(x, weight, eps):
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("mini_vllm::fused_add_rms_norm", mutates_args=())
 def fused_add_rms_norm_op(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,9 +63,15 @@ def fused_add_rms_norm_op(
     return rms_norm_native(summed, weight, eps), summed
 
 
-@fused_add_rms_norm_op.register_fake
 def _fused_add_rms_norm_fake(x, residual, weight, eps):
     return torch.empty_like(x), torch.empty_like(x)
+
+
+# Opaque nodes for the fusion passes (torch.ops.mini_vllm.*); eager code calls the functions.
+direct_register_custom_op("rms_norm", rms_norm_op, fake_impl=_rms_norm_fake)
+direct_register_custom_op(
+    "fused_add_rms_norm", fused_add_rms_norm_op, fake_impl=_fused_add_rms_norm_fake
+)
 
 
 class RMSNorm(CustomOp):

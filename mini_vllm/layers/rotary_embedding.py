@@ -33,6 +33,7 @@ import torch
 
 from mini_vllm.layers.custom_op import CustomOp
 from mini_vllm.layers.rope_triton import triton_rope_, triton_rope_available
+from mini_vllm.torch_utils import direct_register_custom_op
 
 __all__ = [
     "RotaryEmbedding",
@@ -163,7 +164,6 @@ class RotaryEmbedding(CustomOp):
         )
 
 
-@torch.library.custom_op("mini_vllm::rotary_embedding", mutates_args=())
 def rotary_embedding_op(
     positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,12 +177,14 @@ def rotary_embedding_op(
     heads = _heads_side_by_side(query, key, head_dim, allow_view=True)
     rotated = torch.addcmul(heads * cos, heads.roll(head_dim // 2, dims=-1), sin).flatten(1)
     q_rot, k_rot = rotated.split([query.shape[-1], key.shape[-1]], dim=1)
-    return q_rot.clone(), k_rot.clone()  # outputs of a custom op may not share storage
+    return q_rot.clone(), k_rot.clone()  # a custom op's outputs never share its inputs' storage
 
 
-@rotary_embedding_op.register_fake
 def _rotary_embedding_fake(positions, query, key, cos_sin_cache):
     return query.new_empty(query.shape), key.new_empty(key.shape)
+
+
+direct_register_custom_op("rotary_embedding", rotary_embedding_op, fake_impl=_rotary_embedding_fake)
 
 
 def apply_deferred_rope(

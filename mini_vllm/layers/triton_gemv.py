@@ -55,6 +55,7 @@ import torch.nn.functional as F
 
 from mini_vllm import envs
 from mini_vllm.layers.triton_launch import direct_launcher
+from mini_vllm.torch_utils import direct_register_custom_op
 
 try:
     import triton
@@ -611,6 +612,7 @@ def triton_silu_and_mul_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Ten
     return _launch(x, weight, SILU_AND_MUL)
 
 
+# ANCHOR: linear_op
 def linear_cuda(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """`F.linear(x, weight)`: the GEMV for one row, the skinny GEMM for up to 64 where it
     measured faster than cuBLAS, cuBLAS otherwise."""
@@ -624,17 +626,13 @@ def linear_cuda(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return F.linear(x, weight)
 
 
-# ANCHOR: linear_op
-@torch.library.custom_op("mini_vllm::linear", mutates_args=())
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """`F.linear` whose decode-sized cases take the Triton kernels; chosen when it runs,
-    not traced."""
-    return linear_cuda(x, weight)
-
-
-@linear.register_fake
-def _linear_fake(x, weight):
+def _linear_fake(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return x.new_empty((x.shape[0], weight.shape[0]))
+
+
+# `torch.ops.mini_vllm.linear`: under torch.compile the choice above is made when the op
+# runs, not traced. Its kernel is `linear_cuda` itself, on the CPU too (F.linear there).
+direct_register_custom_op("linear", linear_cuda, fake_impl=_linear_fake)
 
 
 # ANCHOR_END: linear_op
