@@ -14,6 +14,11 @@ Read them as attributes: `from mini_vllm import envs; envs.MINI_VLLM_PDL`.
                          the Triton skinny GEMM where it measures faster
                          (mini_vllm/layers/triton_gemv.py; why it is off:
                          benchmarks/results/decode-graphs-cuda-skinny.md)
+    MINI_VLLM_TILE_TIMING "graph" (default): the Triton products' autotuner times each tile
+                         back to back in a CUDA graph, as the engine runs it; "triton":
+                         Triton's own timing, each call alone (mini_vllm/layers/triton_gemv.py
+                         `tile_time_ms`). Picks are kept in Triton's cache, whichever timing
+                         made them: compare the two on fresh TRITON_CACHE_DIRs
     MINI_VLLM_COMPILE_CACHE "1" (default): a VLLM_COMPILE engine saves its compiled model
                          and a later start loads it instead of tracing again
                          (mini_vllm/compilation/aot_cache.py); "0": trace and compile at
@@ -39,6 +44,7 @@ if TYPE_CHECKING:
     MINI_VLLM_ATTENTION: str = "auto"
     MINI_VLLM_PDL: bool = True
     MINI_VLLM_SKINNY_GEMM: bool = False
+    MINI_VLLM_TILE_TIMING: str = "graph"
     MINI_VLLM_COMPILE_CACHE: bool = True
     MINI_VLLM_DEBUG: bool = False
 
@@ -67,6 +73,7 @@ environment_variables: dict[str, Callable[[], Any]] = {
     "MINI_VLLM_ATTENTION": _choice("MINI_VLLM_ATTENTION", "auto", ("auto", "torch")),
     "MINI_VLLM_PDL": lambda: _choice("MINI_VLLM_PDL", "1", _on_off)() == "1",
     "MINI_VLLM_SKINNY_GEMM": lambda: _choice("MINI_VLLM_SKINNY_GEMM", "0", _on_off)() == "1",
+    "MINI_VLLM_TILE_TIMING": _choice("MINI_VLLM_TILE_TIMING", "graph", ("graph", "triton")),
     "MINI_VLLM_COMPILE_CACHE": lambda: _choice("MINI_VLLM_COMPILE_CACHE", "1", _on_off)() == "1",
     # Read while reporting another error, so it never raises one of its own: anything but 0 is on.
     "MINI_VLLM_DEBUG": lambda: os.environ.get("MINI_VLLM_DEBUG", "0").strip() not in ("", "0"),

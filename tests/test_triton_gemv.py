@@ -143,3 +143,35 @@ def test_the_skinny_choice_is_measured_once_and_never_inside_a_capture():
     x12 = torch.randn(12, 576, device="cuda").bfloat16()  # the same 16-row bucket
     assert gemv.skinny_is_faster(x12, w, gemv.PLAIN, skinny, cublas) is first
     assert len(calls) == measured  # kept, not measured again
+
+
+def test_the_autotuner_times_each_tile_in_a_graph_without_collecting_garbage(monkeypatch, tmp_path):
+    import gc
+
+    from mini_vllm.layers import triton_gemv as gemv
+
+    timed = []
+    real = gemv.tile_time_ms
+
+    def counted(kernel_call, quantiles=(0.5,), **kw):
+        timed.append(quantiles)
+        return real(kernel_call, quantiles, **kw)
+
+    monkeypatch.setattr(gemv, "tile_time_ms", counted)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # no pick from an earlier run
+    monkeypatch.setattr(gc, "collect", lambda *a, **k: pytest.fail("gc.collect in tile timing"))
+    w = torch.randn(200, 96, device="cuda").bfloat16()  # a shape no other test tunes
+    x = torch.randn(1, 96, device="cuda").bfloat16()
+    out = gemv.triton_gemv(x, w)
+    torch.testing.assert_close(out.float(), F.linear(x.float(), w.float()), rtol=2**-7, atol=1e-3)
+    # Every tile that compiles is timed once, with Triton's three quantiles.
+    assert len(timed) >= 8 and all(q == (0.5, 0.2, 0.8) for q in timed)
+    assert (200, 96, gemv.PLAIN) in gemv.gemv_tile_picks()
+
+
+def test_tile_time_is_per_call_and_ordered_by_quantile():
+    from mini_vllm.layers import triton_gemv as gemv
+
+    x = torch.randn(4096, device="cuda")
+    median, low, high = gemv.tile_time_ms(lambda: x.mul_(1.0), (0.5, 0.2, 0.8))
+    assert 0 < low <= median <= high < 1.0  # ms for one small elementwise kernel

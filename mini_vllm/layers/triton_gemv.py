@@ -68,6 +68,7 @@ __all__ = [
     "MAX_ROWS",
     "autotune_seconds",
     "autotuned_tile",
+    "gemv_tile_picks",
     "linear_cuda",
     "skinny_is_faster",
     "pdl_supported",
@@ -127,9 +128,9 @@ if triton is not None:
         # they are issued before the wait, and the whole read overlaps the tail of the
         # kernel ahead. Measured on one H100 host at batch 1, SmolLM2 shape, compiled
         # FULL step with async scheduling, alternating: forward 0.51 ms with the last five
-        # tiles on the list against 0.57-0.65 ms without them. The autotuner's picks
-        # vary a little from run to run (scripts/gpu/gemv_tiles.py
-        # prints them); most are whole-row tiles.
+        # tiles on the list against 0.57-0.65 ms without them. Timed as they run
+        # (`tile_time_ms`), the picks are almost all whole-row tiles
+        # (scripts/gpu/gemv_tiles.py prints them).
         shapes = [
             (4, 256, 4),
             (8, 256, 4),
@@ -157,16 +158,22 @@ if triton is not None:
         if "cache_results" in inspect.signature(triton.autotune).parameters
         else {}
     )
-    # Each configuration timed for a few milliseconds, not Triton's default 25 + 100: the
-    # skinny kernel is tuned for three row buckets of every matrix at start-up.
-    _quick_tuning = (
-        {"do_bench": functools.partial(triton.testing.do_bench, warmup=5, rep=20)}
+    # How a tile is timed: as the engine runs it (`tile_time_ms` below), or with
+    # MINI_VLLM_TILE_TIMING=triton by Triton's default, which launches each call alone after
+    # flushing the L2 cache, for 125 ms a tile.
+    _tune_as_in_graph = (
+        {"do_bench": lambda kernel_call, quantiles: _time_tile(kernel_call, quantiles)}
         if "do_bench" in inspect.signature(triton.autotune).parameters
         else {}
     )
 
     # ANCHOR: gemv_kernel
-    @triton.autotune(configs=_configs(), key=["N", "K", "PROLOGUE", "PDL"], **_cache_tuning)
+    @triton.autotune(
+        configs=_configs(),
+        key=["N", "K", "PROLOGUE", "PDL"],
+        **_cache_tuning,
+        **_tune_as_in_graph,
+    )
     @triton.jit
     def _gemv_kernel(
         x_ptr,
@@ -308,7 +315,7 @@ if triton is not None:
         configs=_skinny_configs(),
         key=["N", "K", "BLOCK_M", "PROLOGUE", "PDL"],
         **_cache_tuning,
-        **_quick_tuning,
+        **_tune_as_in_graph,
     )
     @triton.jit
     def _skinny_gemm_kernel(
@@ -526,21 +533,27 @@ def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=N
 _skinny_choices: dict[tuple, bool] = {}
 
 
-def graph_time_us(fn, calls: int = 10, replays: int = 3, warmups: int = 1) -> float:
-    """Median time in µs of one call of `fn`, from `replays` replays of a CUDA graph of
-    `calls` calls (no host launch counted). The warm-up calls, where a Triton kernel is
-    tuned and compiled, run on a side stream, as PyTorch asks before a capture; the engine's
-    choice below uses the defaults, scripts/gpu/skinny_gemm.py more of everything."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
+def graph_call_times_us(fn, calls: int = 10, replays: int = 3, warmups: int = 1) -> list[float]:
+    """The time in µs of one call of `fn` in each of `replays` replays of a CUDA graph of
+    `calls` calls back to back: no host launch is counted, and under programmatic dependent
+    launch each call overlaps the one before, as kernels do in the engine's graphs. The
+    warm-up calls, where a Triton kernel is compiled, run on the side stream of the capture,
+    as PyTorch asks. The capture is begun and ended by hand: `torch.cuda.graph` would also
+    collect Python's garbage each time, tens of milliseconds in a process holding a
+    compiled model, for each of the hundreds of tiles timed at a cold start."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
         for _ in range(warmups):
             fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
+        graph.capture_begin()
+        try:
+            for _ in range(calls):
+                fn()
+        finally:
+            graph.capture_end()
+    torch.cuda.current_stream().wait_stream(stream)
     graph.replay()  # the first replay uploads the graph: not timed
     times = []
     for _ in range(replays):
@@ -550,7 +563,43 @@ def graph_time_us(fn, calls: int = 10, replays: int = 3, warmups: int = 1) -> fl
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1000 / calls)
-    return sorted(times)[len(times) // 2]
+    return times
+
+
+def graph_time_us(fn, calls: int = 10, replays: int = 3, warmups: int = 1) -> float:
+    """Median of `graph_call_times_us`: the engine's choice below uses the defaults,
+    scripts/gpu/skinny_gemm.py more of everything."""
+    times = sorted(graph_call_times_us(fn, calls, replays, warmups))
+    return times[len(times) // 2]
+
+
+# ANCHOR: tile_time
+def tile_time_ms(kernel_call, quantiles=(0.5,), calls: int = 20, replays: int = 10) -> list[float]:
+    """The autotuner's timing of one tile (Triton's `do_bench` contract: the `quantiles` of
+    the time of one call, in ms), taken as the engine runs the kernel: back to back in a
+    CUDA graph, programmatic dependent launch included.
+
+    Why not Triton's default: it times each call alone, after flushing the L2 cache. For
+    these 2-4 µs kernels the tiles then measure within noise of one another, and the
+    pick, kept in Triton's cache for every later start, changed from one cold start to
+    the next. In a graph, where the next kernel's loads overlap the tail of the one
+    before, tiles that request a whole row at once win, and the picks hold from start to
+    start: on the H100 the batch-1 decode graph replayed in 0.433-0.439 ms after three
+    such cold starts, 0.629-0.754 ms after three with Triton's timing
+    (benchmarks/results/tile-timing-cuda.md, scripts/gpu/tile_timing.py).
+    """
+    times = sorted(graph_call_times_us(kernel_call, calls, replays))
+    ms = [t / 1000 for t in times]
+    return [ms[min(len(ms) - 1, int(q * len(ms)))] for q in quantiles]
+
+
+# ANCHOR_END: tile_time
+
+
+def _time_tile(kernel_call, quantiles) -> list[float]:
+    if envs.MINI_VLLM_TILE_TIMING == "triton":
+        return triton.testing.do_bench(kernel_call, quantiles=quantiles)
+    return tile_time_ms(kernel_call, quantiles)
 
 
 def skinny_is_faster(x, weight, prologue: int, skinny, fallback) -> bool:
@@ -571,6 +620,18 @@ def skinny_is_faster(x, weight, prologue: int, skinny, fallback) -> bool:
 
 
 # ANCHOR_END: skinny_choice
+
+
+def gemv_tile_picks() -> dict[tuple[int, int, int], dict[str, int]]:
+    """The tiles this process's GEMV launches use, by (N, K, prologue): what the autotuner
+    picked, or read from Triton's cache, for each matrix the GEMV has run on."""
+    return {
+        (n, k, prologue): {**config.kwargs, "num_warps": config.num_warps}
+        for (n, k, block_m, prologue, _pdl, _device), config in sorted(
+            _tiles.items(), key=lambda item: item[0][:4]
+        )
+        if block_m is None
+    }
 
 
 def autotuned_tile(x: torch.Tensor, weight: torch.Tensor) -> dict[str, int]:

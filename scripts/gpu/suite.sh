@@ -26,7 +26,7 @@ python3 scripts/gpu/run_notebook_cells.py notebooks/phase-05-cuda-graphs.ipynb \
 echo "notebook phase-05-cuda-graphs: every cell ran; executed copy: $OUT/phase-05-cuda-graphs.ipynb"
 [ "${GPU_SUITE_SKIP_SCRIPTS:-0}" = 1 ] && exit 0  # the tests and the notebook only
 for script in host_launch_costs gemv_tiles skinny_gemm split_decode graph_launch_cost step_profile host_profile \
-  startup_profile capture_profile; do
+  startup_profile capture_profile tile_timing; do
   python3 "scripts/gpu/$script.py" --out "$OUT" > "$OUT/$script.log" 2>&1
   echo "scripts/gpu/$script.py: ran (report: $OUT/$script.txt)"
 done
