@@ -625,13 +625,12 @@ def skinny_is_faster(x, weight, prologue: int, skinny, fallback) -> bool:
 def gemv_tile_picks() -> dict[tuple[int, int, int], dict[str, int]]:
     """The tiles this process's GEMV launches use, by (N, K, prologue): what the autotuner
     picked, or read from Triton's cache, for each matrix the GEMV has run on."""
-    return {
+    picks = {
         (n, k, prologue): {**config.kwargs, "num_warps": config.num_warps}
-        for (n, k, block_m, prologue, _pdl, _device), config in sorted(
-            _tiles.items(), key=lambda item: item[0][:4]
-        )
-        if block_m is None
+        for (n, k, block_m, prologue, _pdl, _device), config in _tiles.items()
+        if block_m is None  # the skinny kernel's row buckets are not the GEMV's
     }
+    return dict(sorted(picks.items()))
 
 
 def autotuned_tile(x: torch.Tensor, weight: torch.Tensor) -> dict[str, int]:
