@@ -14,7 +14,7 @@ Read them as attributes: `from mini_vllm import envs; envs.MINI_VLLM_PDL`.
                          the Triton skinny GEMM where it measures faster
                          (mini_vllm/layers/triton_gemv.py; why it is off:
                          benchmarks/results/decode-graphs-cuda-skinny.md)
-    MINI_VLLM_TILE_TIMING "graph" (default): the Triton products' autotuner times each tile
+    MINI_VLLM_TILE_TIMING "graph" (default): the Triton GEMV's autotuner times each tile
                          back to back in a CUDA graph, as the engine runs it; "triton":
                          Triton's own timing, each call alone (mini_vllm/layers/triton_gemv.py
                          `tile_time_ms`). Picks are kept in Triton's cache, whichever timing
