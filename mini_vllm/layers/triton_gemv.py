@@ -548,8 +548,9 @@ def graph_call_times_us(fn, calls: int = 10, replays: int = 3, warmups: int = 1)
     launch each call overlaps the one before, as kernels do in the engine's graphs. The
     warm-up calls, where a Triton kernel is compiled, run on the side stream of the capture,
     as PyTorch asks. The capture is begun and ended by hand: `torch.cuda.graph` would also
-    collect Python's garbage each time, tens of milliseconds in a process holding a
-    compiled model, for each of the hundreds of tiles timed at a cold start."""
+    run Python's garbage collector for each of the hundreds of tiles a cold start times,
+    which the engine's own capture avoids for the same reason (CUDAGraphWrapper's
+    `gc_disable`)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
