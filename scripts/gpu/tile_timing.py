@@ -72,6 +72,11 @@ def child(args) -> dict:
 def measure(args, report) -> None:
     import torch
 
+    if "full" not in args.mode:
+        raise SystemExit(
+            f"tile_timing.py replays the FULL decode graph; --mode {args.mode} captures none: "
+            "choose one with full in its name (default compile+full)"
+        )
     if args.child:
         print("RESULT " + json.dumps(child(args)), flush=True)
         return
