@@ -3,9 +3,11 @@
 
     python3 scripts/gpu/gemv_tiles.py [--out DIR]
 
-One line a matrix (out x in): BLOCK_N rows a program, BLOCK_K columns a tile, warps. The
-picks vary a little from run to run; whole-row tiles (BLOCK_K >= K) are what lets a
-program request all its weights before the wait of programmatic dependent launch.
+One line a matrix (out x in): BLOCK_N rows a program, BLOCK_K columns a tile, warps.
+Whole-row tiles (BLOCK_K >= K) are what lets a program request all its weights before the
+wait of programmatic dependent launch. A pick is read from Triton's cache if an earlier
+run made one; scripts/gpu/tile_timing.py starts from empty caches to see how steady the
+picks are.
 """
 
 from __future__ import annotations
