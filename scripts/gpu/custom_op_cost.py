@@ -13,26 +13,9 @@ the loop), median of 2000, under `torch.inference_mode()` as the engine runs, th
 autograd on.
 """
 
-import statistics
 import sys
-import time
 
-from gpukit import run_script
-
-
-def host_us(fn, calls: int = 2000) -> float:
-    import torch
-
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    torch.cuda.synchronize()
-    return statistics.median(times) * 1e6
+from gpukit import host_us, run_script
 
 
 def measure(args, report) -> None:
@@ -60,8 +43,8 @@ def measure(args, report) -> None:
     report("host us a call (median of 2000): inference mode | autograd on")
     for label, fn in calls:
         with torch.inference_mode():
-            inference = host_us(fn)
-        autograd = host_us(fn)
+            inference = host_us(fn, calls=2000, warmups=50)
+        autograd = host_us(fn, calls=2000, warmups=50)
         report(f"  {label:<55} {inference:7.2f} | {autograd:7.2f}")
 
 

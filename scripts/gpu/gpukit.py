@@ -75,6 +75,27 @@ def run_script(
     return 0
 
 
+def host_us(fn: Callable[[], object], calls: int = 200, warmups: int = 1) -> float:
+    """Median host time of one call of `fn`, in µs: `warmups` untimed calls and a sync,
+    then `calls` calls timed back to back with no sync inside the loop, so the GPU work
+    queues up behind and only what the host pays is counted."""
+    import statistics
+    import time
+
+    import torch
+
+    for _ in range(warmups):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    torch.cuda.synchronize()
+    return statistics.median(times) * 1e6
+
+
 def engine_options(parser: argparse.ArgumentParser, mode: str) -> None:
     """--model (a model shape) and --mode (an engine mode of mini_vllm.bench.harness.MODES)."""
     from mini_vllm.bench.harness import MODES

@@ -12,25 +12,9 @@ costs the host is what an async step's host side pays for it every step.
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 
-from gpukit import run_script
-
-
-def host_us(fn, calls: int = 200) -> float:
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    torch.cuda.synchronize()
-    return statistics.median(times) * 1e6
+from gpukit import host_us, run_script
 
 
 def measure(args, report) -> None:
