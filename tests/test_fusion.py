@@ -238,8 +238,7 @@ def test_fusion_on_cuda_keeps_the_tokens_and_removes_kernels():
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", [1, 5, 64])
 def test_silu_and_mul_op_on_cuda_matches_torch(rows):
-    from mini_vllm.layers.activation import silu_and_mul_op
-
+    silu_and_mul_op = torch.ops.mini_vllm.silu_and_mul
     gate_up = (torch.randn(rows, 2 * 1536, device="cuda") * 2).bfloat16()
     torch.testing.assert_close(
         silu_and_mul_op(gate_up), silu_and_mul_native(gate_up), rtol=2**-7, atol=2**-7

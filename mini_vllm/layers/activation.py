@@ -70,15 +70,12 @@ def silu_and_mul_cuda(gate_up: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def silu_and_mul_op(gate_up: torch.Tensor) -> torch.Tensor:
-    return silu_and_mul_cuda(gate_up)
-
-
 def _silu_and_mul_fake(gate_up):
     return gate_up.new_empty((*gate_up.shape[:-1], gate_up.shape[-1] // 2))
 
 
-direct_register_custom_op("silu_and_mul", silu_and_mul_op, fake_impl=_silu_and_mul_fake)
+# `torch.ops.mini_vllm.silu_and_mul`, one node for the fusion pass; its kernel is the function.
+direct_register_custom_op("silu_and_mul", silu_and_mul_cuda, fake_impl=_silu_and_mul_fake)
 
 
 class SiluAndMul(CustomOp):

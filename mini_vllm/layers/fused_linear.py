@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from mini_vllm.layers.activation import silu_and_mul_op
+from mini_vllm.layers.activation import silu_and_mul_cuda
 from mini_vllm.layers.layernorm import fused_add_rms_norm_op, rms_norm_op
 from mini_vllm.layers.triton_gemv import (
     ADD_RMS_NORM,
@@ -107,7 +107,7 @@ def silu_and_mul_linear(gate_up: torch.Tensor, weight: torch.Tensor) -> torch.Te
         return triton_silu_and_mul_gemv(gate_up, weight)
 
     def unfused():
-        return linear_cuda(silu_and_mul_op(gate_up), weight)
+        return linear_cuda(silu_and_mul_cuda(gate_up), weight)
 
     if _fused_kernel_fits(gate_up, weight) and _fused_wins(
         gate_up, weight, SILU_AND_MUL, fused, unfused
