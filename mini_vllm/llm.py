@@ -12,6 +12,7 @@ done, and returns the outputs in prompt order). nano-vllm: nanovllm/llm.py.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence as SequenceT
 
 from mini_vllm.engine.engine_config import EngineConfig
@@ -41,9 +42,12 @@ class LLM:
             device,
             available_memory_bytes(device),
         )
+        start = time.perf_counter()
         loaded, tokenizer, _ = load_model(
             config.model, device=config.device, dtype=config.dtype, seed=config.seed
         )
+        # Seconds to build the model and fill its weights (vLLM logs "Model loading took").
+        self.load_seconds = time.perf_counter() - start
         self._build(config, loaded, tokenizer)
 
     @classmethod

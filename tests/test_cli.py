@@ -173,9 +173,10 @@ def test_an_unwritable_output_is_refused_before_measuring(command, tmp_path, mon
         assert "--output" in capsys.readouterr().err
 
 
-def test_bench_startup_times_a_cold_and_a_warm_start(capsys):
-    """Two fresh processes on one set of caches; on CPU without compilation the phases
-    are zero, but the table and its two rows are there."""
+def test_bench_startup_times_a_cold_and_warm_starts_with_their_median(capsys):
+    """Fresh processes on one set of caches; on CPU without compilation the compile and
+    capture phases are zero, but imports and weights take time, and the table has a row
+    a start and the warm starts' median."""
     code = main(
         [
             "bench",
@@ -186,16 +187,32 @@ def test_bench_startup_times_a_cold_and_a_warm_start(capsys):
             "none",
             "--cudagraph-mode",
             "none",
+            "--warm-starts",
+            "2",
             "--no-output",
         ]
     )
     out = capsys.readouterr().out
     assert code == 0
-    rows = [line for line in out.splitlines() if line.startswith(("| cold |", "| warm |"))]
-    assert len(rows) == 2, out
-    assert all(float(row.split("|")[2]) > 0 for row in rows)  # seconds to the first token
+    header = next(line for line in out.splitlines() if line.startswith("| start |"))
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    rows = {
+        cells[0]: dict(zip(columns, cells))
+        for line in out.splitlines()
+        if line.startswith(("| cold |", "| warm"))
+        for cells in [[cell.strip() for cell in line.strip("|").split("|")]]
+    }
+    assert list(rows) == ["cold", "warm 1", "warm 2", "warm, median"], out
+    for row in rows.values():
+        for column in ("to first token s", "imports s", "weights s"):
+            assert float(row[column]) > 0, (column, row)
+    first, second = (float(rows[f"warm {i}"]["to first token s"]) for i in (1, 2))
+    median = float(rows["warm, median"]["to first token s"])
+    assert min(first, second) - 0.05 <= median <= max(first, second) + 0.05
 
 
 def test_bench_startup_checks_its_options_before_starting(capsys):
     assert main(["bench", "startup", "--cudagraph-mode", "sideways", "--no-output"]) == 2
     assert "CUDAGraphMode 'sideways'" in capsys.readouterr().err
+    assert main(["bench", "startup", "--warm-starts", "0", "--no-output"]) == 2
+    assert "--warm-starts must be at least 1" in capsys.readouterr().err

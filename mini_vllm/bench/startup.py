@@ -23,9 +23,11 @@ tiles, or reading the cached pick, and compiling it); and the total to the first
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,9 +47,11 @@ __all__ = [
 
 @dataclass
 class StartupRun:
-    label: str  # "cold" or "warm"
+    label: str  # "cold", "warm" or "warm 1", "warm 2", ..., "warm, median"
     total_s: float  # process start (imports included) to the first token
     built_s: float  # process start to the engine built (graphs captured)
+    imports_s: float  # importing mini_vllm, torch, Dynamo and Triton
+    weights_s: float  # building the model and drawing its random weights
     compile_s: float  # tracing, Inductor and the first run, autotuning inside included
     autotune_s: float  # first launches of the Triton product kernels, wherever they ran
     capture_s: float  # warm-up runs and capture of every graph, autotuning inside included
@@ -63,6 +67,7 @@ def measure_one_start(model: str, device: str, compilation_mode: str, cudagraph_
     from mini_vllm import LLM, SamplingParams
     from mini_vllm.layers import triton_gemv
 
+    imported = time.perf_counter()
     llm = LLM(
         model=model,
         device=device,
@@ -85,6 +90,8 @@ def measure_one_start(model: str, device: str, compilation_mode: str, cudagraph_
         "warmup_s": capture.warmup_seconds if capture else 0.0,
         "autotune_s": autotune_s,
         "built_s": built - started,
+        "imports_s": imported - started,
+        "weights_s": llm.load_seconds,
         "first_token_s": done - built,
         "num_graphs": capture.num_graphs if capture else 0,
         "num_sizes": len(capture.sizes) if capture else 0,
@@ -124,29 +131,33 @@ def run_startup_bench(
     compilation_mode: str = "vllm_compile",
     cudagraph_mode: str = "full_and_piecewise",
     log=print,
+    warm_starts: int = 1,
 ) -> list[StartupRun]:
-    """A cold start, then a warm one, each in a fresh process."""
+    """A cold start, then `warm_starts` warm ones, each in a fresh process; with more than
+    one warm start, a last row holds the median of each column over them."""
     runs = []
     with tempfile.TemporaryDirectory(prefix="mini-vllm-startup-") as scratch:
         env = fresh_start_env(Path(scratch), log)
-        for label in ("cold", "warm"):
+        labels = ["cold"] + (
+            ["warm"] if warm_starts == 1 else [f"warm {i + 1}" for i in range(warm_starts)]
+        )
+        for label in labels:
             log(f"{label} start: a fresh process ...")
             got = _run_child(env, [model, device, compilation_mode, cudagraph_mode])
-            runs.append(
-                StartupRun(
-                    label=label,
-                    total_s=got["total_s"],
-                    built_s=got["built_s"],
-                    compile_s=got["compile_s"],
-                    autotune_s=got["autotune_s"],
-                    capture_s=got["capture_s"],
-                    warmup_s=got["warmup_s"],
-                    first_token_s=got["first_token_s"],
-                    num_graphs=got["num_graphs"],
-                    num_sizes=got["num_sizes"],
-                )
-            )
+            runs.append(StartupRun(label=label, **got))
             log(f"{label} start: first token after {got['total_s']:.1f} s")
+    warm = runs[1:]
+    if len(warm) > 1:
+        runs.append(
+            StartupRun(
+                label="warm, median",
+                **{
+                    field.name: statistics.median(getattr(run, field.name) for run in warm)
+                    for field in dataclasses.fields(StartupRun)
+                    if field.name != "label"
+                },
+            )
+        )
     return runs
 
 
@@ -164,22 +175,28 @@ def format_startup_markdown(
         f"- command: `{command}`",
         f"- engine: `{model}`, compilation `{compilation_mode}`, CUDA graphs "
         f"`{cudagraph_mode}`, vLLM's default capture sizes (max_num_seqs 256)",
-        "- cold: empty compile and Triton caches; warm: a second process on the same caches; "
-        "both with Python's bytecode written beforehand, as an installed package has it",
+        "- cold: empty compile and Triton caches; warm: later processes on the same caches, "
+        "as a server restarted on the same machine; all with Python's bytecode written "
+        "beforehand, as an installed package has it",
+        "- warm, median: each column's median over the warm starts (a host's speed drifts "
+        "by tens of percent within an hour; the medians of the columns need not add up)",
         "- compile and capture include the autotuning done inside them; autotune is that part",
+        "- imports: torch, Dynamo, Triton and mini_vllm; weights: building the model and "
+        "drawing its random weights",
         "- capture is an eager warm-up run and a captured run per batch size; the warm-up "
         "runs' share is the column after it",
         "",
         "<!-- ANCHOR: startup -->",
-        "| start | to first token s | engine built s | compile s | capture s "
-        "| of which warm-up runs s | autotune s | graphs | sizes |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| start | to first token s | engine built s | imports s | weights s | compile s "
+        "| capture s | of which warm-up runs s | autotune s | graphs | sizes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         lines.append(
-            f"| {run.label} | {run.total_s:.1f} | {run.built_s:.1f} | {run.compile_s:.1f} "
+            f"| {run.label} | {run.total_s:.1f} | {run.built_s:.1f} | {run.imports_s:.1f} "
+            f"| {run.weights_s:.1f} | {run.compile_s:.1f} "
             f"| {run.capture_s:.1f} | {run.warmup_s:.1f} "
-            f"| {run.autotune_s:.1f} | {run.num_graphs} | {run.num_sizes} |"
+            f"| {run.autotune_s:.1f} | {int(run.num_graphs)} | {int(run.num_sizes)} |"
         )
     lines.append("<!-- ANCHOR_END: startup -->")
     return "\n".join(lines) + "\n"
