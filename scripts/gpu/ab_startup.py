@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Warm restarts of two versions of mini_vllm on one GPU, alternating.
+
+    python3 scripts/gpu/ab_startup.py OLD [--rounds 4] [--out DIR]
+
+OLD is a folder holding another copy of the mini_vllm package (e.g. made with
+`git archive <commit> mini_vllm | tar -x -C OLD`). Each version gets its own caches and
+one cold start to fill them (untimed here), then the two take turns at warm starts,
+`--rounds` each, every start a fresh process as in `python -m mini_vllm bench startup`.
+A host's speed drifts by tens of percent within an hour, so only starts taken in turn
+on one host compare; the report lists every start and the medians.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from gpukit import ROOT, run_script
+
+START = ["smollm2-135m", "cuda", "vllm_compile", "full_and_piecewise"]
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "old", type=Path, nargs="?", help="folder holding the other mini_vllm package"
+    )
+    parser.add_argument("--rounds", type=int, default=4, help="warm starts of each version")
+
+
+def _start(folder: Path, env: dict) -> dict:
+    # Run from the folder that holds the package: `python -m` puts the working directory
+    # first on sys.path, ahead of any PYTHONPATH.
+    command = [sys.executable, "-m", "mini_vllm.bench.startup", *START]
+    done = subprocess.run(command, env=env, cwd=folder, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"a start of {folder} failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure(args, report) -> None:
+    from mini_vllm.bench.startup import fresh_start_env
+
+    if args.old is None:
+        raise SystemExit("name the folder holding the other mini_vllm package: ab_startup.py OLD")
+    old = args.old.resolve()
+    if not (old / "mini_vllm" / "__init__.py").is_file():
+        raise SystemExit(f"{old} holds no mini_vllm package (expected {old}/mini_vllm/)")
+    versions = {"new": ROOT, "old": old}
+    with tempfile.TemporaryDirectory(prefix="mini-vllm-ab-startup-") as scratch:
+        envs = {}
+        for name, folder in versions.items():
+            env = fresh_start_env(Path(scratch) / name, report)
+            env.pop("PYTHONPATH", None)
+            envs[name] = env
+            report(f"{name}: cold start to fill its caches ... "
+                   f"{_start(folder, env)['total_s']:.1f} s")  # fmt: skip
+        totals: dict[str, list[float]] = {name: [] for name in versions}
+        for round_ in range(1, args.rounds + 1):
+            for name, folder in versions.items():
+                got = _start(folder, envs[name])
+                totals[name].append(got["total_s"])
+                phases = ", ".join(
+                    f"{key.removesuffix('_s')} {value:.2f}"
+                    for key, value in got.items()
+                    if key.endswith("_s") and key != "total_s"
+                )
+                report(f"round {round_} {name}: warm start {got['total_s']:.2f} s ({phases})")
+    report("")
+    report("| version | warm starts, s | median s |")
+    report("|---|---|---|")
+    for name, values in totals.items():
+        listed = " / ".join(f"{value:.2f}" for value in values)
+        report(f"| {name} | {listed} | {statistics.median(values):.2f} |")
+
+
+if __name__ == "__main__":
+    sys.exit(run_script(__file__, __doc__, measure, add_arguments))
