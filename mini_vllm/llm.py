@@ -61,6 +61,7 @@ class LLM:
         engine_kwargs.setdefault("device", weight.device.type)
         engine_kwargs.setdefault("dtype", str(weight.dtype).removeprefix("torch."))
         llm = cls.__new__(cls)
+        llm.load_seconds = 0.0  # it came loaded
         llm._build(
             EngineConfig.from_kwargs(**engine_kwargs),
             loaded_model,

@@ -41,8 +41,11 @@ __all__ = [
     "format_startup_markdown",
     "fresh_start_env",
     "measure_one_start",
+    "run_one_start",
     "run_startup_bench",
 ]
+
+DEFAULT_WARM_STARTS = 3  # `bench startup`'s warm starts after the cold one
 
 
 @dataclass
@@ -98,9 +101,13 @@ def measure_one_start(model: str, device: str, compilation_mode: str, cudagraph_
     }
 
 
-def _run_child(env: dict, args: list[str]) -> dict:
+def run_one_start(env: dict, args: list[str], cwd: Path | None = None) -> dict:
+    """One start in a fresh process (`measure_one_start` there): its phases in seconds.
+
+    `cwd`: the folder to run in; `python -m` puts it first on sys.path, so a folder
+    holding another copy of the mini_vllm package starts that copy."""
     command = [sys.executable, "-m", "mini_vllm.bench.startup", *args]
-    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"the start-up run failed:\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -131,7 +138,7 @@ def run_startup_bench(
     compilation_mode: str = "vllm_compile",
     cudagraph_mode: str = "full_and_piecewise",
     log=print,
-    warm_starts: int = 1,
+    warm_starts: int = DEFAULT_WARM_STARTS,
 ) -> list[StartupRun]:
     """A cold start, then `warm_starts` warm ones, each in a fresh process; with more than
     one warm start, a last row holds the median of each column over them."""
@@ -143,7 +150,7 @@ def run_startup_bench(
         )
         for label in labels:
             log(f"{label} start: a fresh process ...")
-            got = _run_child(env, [model, device, compilation_mode, cudagraph_mode])
+            got = run_one_start(env, [model, device, compilation_mode, cudagraph_mode])
             runs.append(StartupRun(label=label, **got))
             log(f"{label} start: first token after {got['total_s']:.1f} s")
     warm = runs[1:]

@@ -524,12 +524,20 @@ def _add_startup(p: argparse.ArgumentParser) -> None:
         "none, piecewise, full or full_and_piecewise",
         default="full_and_piecewise",
     )
-    option(p, "--warm-starts", "warm starts after the cold one", type=int, default=3)
+    from mini_vllm.bench.startup import DEFAULT_WARM_STARTS
+
+    option(
+        p, "--warm-starts", "warm starts after the cold one", type=int, default=DEFAULT_WARM_STARTS
+    )
     _add_output_options(p, "benchmarks/results/startup-<device>.md")
 
 
 def _run_startup(args: argparse.Namespace) -> int:
-    from mini_vllm.bench.startup import format_startup_markdown, run_startup_bench
+    from mini_vllm.bench.startup import (
+        DEFAULT_WARM_STARTS,
+        format_startup_markdown,
+        run_startup_bench,
+    )
     from mini_vllm.engine.engine_config import EngineConfig
 
     # Checked here, in seconds, rather than in a child process after the cold start's work.
@@ -560,7 +568,7 @@ def _run_startup(args: argparse.Namespace) -> int:
         words += ["--compilation-mode", args.compilation_mode]
     if args.cudagraph_mode != "full_and_piecewise":
         words += ["--cudagraph-mode", args.cudagraph_mode]
-    if args.warm_starts != 3:
+    if args.warm_starts != DEFAULT_WARM_STARTS:
         words += ["--warm-starts", str(args.warm_starts)]
     command = " ".join(shlex.quote(w) for w in words)
     text = format_startup_markdown(

@@ -13,9 +13,7 @@ on one host compare; the report lists every start and the medians.
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -32,18 +30,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rounds", type=int, default=4, help="warm starts of each version")
 
 
-def _start(folder: Path, env: dict) -> dict:
-    # Run from the folder that holds the package: `python -m` puts the working directory
-    # first on sys.path, ahead of any PYTHONPATH.
-    command = [sys.executable, "-m", "mini_vllm.bench.startup", *START]
-    done = subprocess.run(command, env=env, cwd=folder, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"a start of {folder} failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def measure(args, report) -> None:
-    from mini_vllm.bench.startup import fresh_start_env
+    from mini_vllm.bench.startup import fresh_start_env, run_one_start
 
     if args.old is None:
         raise SystemExit("name the folder holding the other mini_vllm package: ab_startup.py OLD")
@@ -58,11 +46,11 @@ def measure(args, report) -> None:
             env.pop("PYTHONPATH", None)
             envs[name] = env
             report(f"{name}: cold start to fill its caches ... "
-                   f"{_start(folder, env)['total_s']:.1f} s")  # fmt: skip
+                   f"{run_one_start(env, START, folder)['total_s']:.1f} s")  # fmt: skip
         totals: dict[str, list[float]] = {name: [] for name in versions}
         for round_ in range(1, args.rounds + 1):
             for name, folder in versions.items():
-                got = _start(folder, envs[name])
+                got = run_one_start(envs[name], START, folder)
                 totals[name].append(got["total_s"])
                 phases = ", ".join(
                     f"{key.removesuffix('_s')} {value:.2f}"
