@@ -323,6 +323,14 @@ if triton is not None:
     # ANCHOR_END: split_decode_kernels
 
 
+# The kernels' tiles: (cached tokens an iteration, warps a program), for the one pass and
+# for the slices. The one pass was tuned on an H100 (`git show
+# ae239bb:scripts/gpu_attn_tune.py`): 128 cached tokens an iteration and two warps beat
+# 32/64 tokens and 1 or 4 warps at contexts 128 to 1024. Smaller tiles of one warp time
+# faster alone (scripts/gpu/decode_attention_tiles.py sets these constants in turn) but
+# not in the engine's step (benchmarks/results/decode-batch-profile-cuda.md), so these stay.
+SINGLE_PASS_TILE = (128, 2)
+SPLIT_TILE = (32, 4)
 # Enough programs to occupy a big GPU (an H100 has 132 SMs) before splitting stops paying.
 TARGET_PROGRAMS = 128
 MAX_SPLITS = 16
@@ -430,8 +438,8 @@ def triton_paged_decode(
             part_acc, part_max, part_sum, q.stride(0), q.stride(1), k.stride(0), v.stride(0),
             block_tables.stride(0), scale, positions, cos_sin,
             num_kv_heads, group, triton.next_power_of_2(group), head_dim, block_size,
-            32, splits, rope is not None, pdl,  # ... BLOCK_N, NUM_SPLITS, ROPE, PDL
-            num_warps=4, **options,
+            SPLIT_TILE[0], splits, rope is not None, pdl,  # ... BLOCK_N, NUM_SPLITS, ROPE, PDL
+            num_warps=SPLIT_TILE[1], **options,
         )
         launch(
             _merge_splits_kernel, (num_reqs, num_heads),
@@ -444,12 +452,9 @@ def triton_paged_decode(
         q, k, v, kv_cache[0], kv_cache[1], out, block_tables, seq_lens, slot_mapping, scratch,
         q.stride(0), q.stride(1), k.stride(0), v.stride(0), out.stride(0), out.stride(1),
         block_tables.stride(0), scale, positions, cos_sin,
-        # NUM_KV_HEADS, GROUP, HEAD_DIM, BLOCK_SIZE; then BLOCK_N 128 and two warps a
-        # program, tuned on an H100 (`git show ae239bb:scripts/gpu_attn_tune.py`): 128 cached
-        # tokens an iteration and two warps beat 32/64 tokens and 1 or 4 warps at contexts
-        # 128 to 1024.
-        num_kv_heads, group, head_dim, block_size, 128, rope is not None, pdl,
-        num_warps=2, **options,
+        # NUM_KV_HEADS, GROUP, HEAD_DIM, BLOCK_SIZE, BLOCK_N, ROPE, PDL
+        num_kv_heads, group, head_dim, block_size, SINGLE_PASS_TILE[0], rope is not None, pdl,
+        num_warps=SINGLE_PASS_TILE[1], **options,
     )
     # fmt: on
     return out

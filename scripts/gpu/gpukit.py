@@ -108,17 +108,17 @@ def engine_options(parser: argparse.ArgumentParser, mode: str) -> None:
     )
 
 
-def decoding_engine(args: argparse.Namespace, new_tokens: int, warm_steps: int):
-    """An engine of `args.mode` on `args.model` whose next steps decode one request (context
-    128), after `warm_steps` untimed decode steps."""
+def decoding_engine(args: argparse.Namespace, new_tokens: int, warm_steps: int, batch: int = 1):
+    """An engine of `args.mode` on `args.model` whose next steps decode `batch` requests
+    (context 128), after `warm_steps` untimed decode steps."""
     from mini_vllm.bench.harness import decode_engine, start_decoding
     from mini_vllm.models.loader import load_model
 
     # bfloat16, as `bench decode` runs a model on a GPU ("auto"); the loader's own default
     # is float32, which doubles every product's weight reads.
     model, _, _ = load_model(args.model, device="cuda", dtype="auto", progress=False)
-    engine = decode_engine(model, args.mode, [1], context_len=128, new_tokens=new_tokens)
-    start_decoding(engine, batch=1, context_len=128, new_tokens=new_tokens)
+    engine = decode_engine(model, args.mode, [batch], context_len=128, new_tokens=new_tokens)
+    start_decoding(engine, batch=batch, context_len=128, new_tokens=new_tokens)
     for _ in range(warm_steps):
         engine.step()
     return engine

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The decode products at 1 to 64 rows: mini_vllm's Triton kernels against cuBLAS, per matrix.
 
-    python3 scripts/gpu/skinny_gemm.py [--out DIR] [--rows 1,8,16,32,64]
+    python3 scripts/gpu/skinny_gemm.py [--out DIR] [--rows 1,8,16,32,64] [--models smollm2-135m]
 
 For every matrix of SmolLM2-135M, Llama-3.2-1B and Llama-3.1-8B (bf16): the time of one
 product inside a CUDA graph (20 products a graph, so that no host launch is counted), for
@@ -35,6 +35,9 @@ def graph_time_us(fn) -> float:
 
 def add_arguments(parser) -> None:
     parser.add_argument("--rows", default="1,8,16,32,64", help="row counts (default: %(default)s)")
+    parser.add_argument(
+        "--models", default=",".join(SHAPES), help="model shapes (default: %(default)s)"
+    )
 
 
 def measure(args, report) -> None:
@@ -45,13 +48,18 @@ def measure(args, report) -> None:
     from mini_vllm.layers.triton_gemv import triton_gemv, triton_rms_norm_gemv
 
     rows_list = [int(r) for r in args.rows.split(",")]
+    models = args.models.split(",")
+    unknown = [model for model in models if model not in SHAPES]
+    if unknown:
+        raise SystemExit(f"unknown --models {unknown}: choose among {', '.join(SHAPES)}")
     report(f"{torch.cuda.get_device_name()}; torch {torch.__version__}; us per product in a graph")
     report(
         "| model | out x in | rows | triton us | cublas us | triton GB/s | cublas GB/s "
         "| norm+cublas us | fused us |"
     )
     report("|---|---|---|---|---|---|---|---|---|")
-    for model, shapes in SHAPES.items():
+    for model in models:
+        shapes = SHAPES[model]
         for n, k in shapes:
             weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
             norm_weight = torch.rand(k, device="cuda", dtype=torch.bfloat16) + 0.5

@@ -25,8 +25,8 @@ python3 scripts/gpu/run_notebook_cells.py notebooks/phase-05-cuda-graphs.ipynb \
   --write-outputs "$OUT/phase-05-cuda-graphs.ipynb" > "$OUT/notebook-phase-05-cuda-graphs.log" 2>&1
 echo "notebook phase-05-cuda-graphs: every cell ran; executed copy: $OUT/phase-05-cuda-graphs.ipynb"
 [ "${GPU_SUITE_SKIP_SCRIPTS:-0}" = 1 ] && exit 0  # the tests and the notebook only
-for script in host_launch_costs gemv_tiles skinny_gemm split_decode graph_launch_cost step_profile host_profile \
-  startup_profile capture_profile tile_timing; do
+for script in host_launch_costs gemv_tiles skinny_gemm split_decode decode_attention_tiles graph_launch_cost \
+  step_profile host_profile startup_profile capture_profile tile_timing; do
   python3 "scripts/gpu/$script.py" --out "$OUT" > "$OUT/$script.log" 2>&1
   echo "scripts/gpu/$script.py: ran (report: $OUT/$script.txt)"
 done
