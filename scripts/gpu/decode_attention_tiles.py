@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-from gpukit import run_script
+from gpukit import decode_attention_inputs, run_script
 
 HEADS = [(9, 3, 64), (32, 8, 64), (32, 8, 128)]
 CONTEXTS = (192, 512)
@@ -34,27 +34,13 @@ def add_arguments(parser) -> None:
 
 def time_case(heads: int, kv_heads: int, dim: int, reqs: int, ctx: int):
     """µs a call for every one-pass tile, and every (slices tile, count of slices)."""
-    import torch
     import triton.testing
 
     from mini_vllm.attention import triton_decode
-    from mini_vllm.attention.paged import allocate_paged_kv_caches
 
-    block = 16
-    width = ctx // block + 1
-    caches = [
-        allocate_paged_kv_caches(1, reqs * width + 1, block, kv_heads, dim, torch.bfloat16, "cuda")[
-            0
-        ].normal_()
-        for _ in range(COPIES)
-    ]
-    tables = torch.arange(reqs * width, device="cuda").view(reqs, width)
-    lens = torch.full((reqs,), ctx, device="cuda")
-    slots = torch.full((reqs,), -1, device="cuda")
-    q = torch.randn(reqs, heads, dim, device="cuda", dtype=torch.bfloat16)
-    k = torch.randn(reqs, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn_like(k)
-    out = torch.empty_like(q)
+    caches, tables, lens, slots, q, k, v, out = decode_attention_inputs(
+        reqs, heads, kv_heads, dim, ctx, copies=COPIES
+    )
     defaults = triton_decode.SINGLE_PASS_TILE, triton_decode.SPLIT_TILE
 
     def time_us(splits, single=defaults[0], split=defaults[1]):
@@ -73,7 +59,11 @@ def time_case(heads: int, kv_heads: int, dim: int, reqs: int, ctx: int):
 
     single = {tile: time_us(1, single=tile) for tile in SINGLE_PASS_TILES}
     split = {(tile, s): time_us(s, split=tile) for tile in SPLIT_TILES for s in SPLITS}
-    return single, split, triton_decode.decode_num_splits(reqs, kv_heads, width * block)
+    return (
+        single,
+        split,
+        triton_decode.decode_num_splits(reqs, kv_heads, tables.shape[1] * caches[0].shape[2]),
+    )
 
 
 def measure(args, report) -> None:

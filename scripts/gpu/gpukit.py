@@ -124,6 +124,34 @@ def decoding_engine(args: argparse.Namespace, new_tokens: int, warm_steps: int, 
     return engine
 
 
+def decode_attention_inputs(
+    reqs: int, heads: int, kv_heads: int, dim: int, ctx: int, copies: int = 1
+) -> tuple:
+    """Arguments of `triton_paged_decode` for `reqs` requests of `ctx` cached tokens each
+    (bf16, random; blocks of 16 tokens, the slots -1 as for padded rows): `copies` KV
+    caches of one layer, then the block tables, the lengths, the slots, q, k, v and an
+    output."""
+    import torch
+
+    from mini_vllm.attention.paged import allocate_paged_kv_caches
+
+    block = 16
+    width = ctx // block + 1
+    caches = [
+        allocate_paged_kv_caches(1, reqs * width + 1, block, kv_heads, dim, torch.bfloat16, "cuda")[
+            0
+        ].normal_()
+        for _ in range(copies)
+    ]
+    tables = torch.arange(reqs * width, device="cuda").view(reqs, width)
+    lens = torch.full((reqs,), ctx, device="cuda")
+    slots = torch.full((reqs,), -1, device="cuda")
+    q = torch.randn(reqs, heads, dim, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(reqs, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    return caches, tables, lens, slots, q, k, v, torch.empty_like(q)
+
+
 def host_profile(engine, steps: int, orders: Sequence[tuple[str, int]]) -> list[str]:
     """cProfile of `steps` engine steps: one table per (sort order, rows)."""
     import cProfile

@@ -16,14 +16,12 @@ from __future__ import annotations
 import functools
 import sys
 
-from gpukit import run_script
+from gpukit import decode_attention_inputs, run_script
 
 
 def measure(args, report) -> None:
-    import torch
     import triton.testing
 
-    from mini_vllm.attention.paged import allocate_paged_kv_caches
     from mini_vllm.attention.triton_decode import decode_num_splits, triton_paged_decode
 
     bench = getattr(triton.testing, "do_bench_cudagraph", None) or triton.testing.do_bench
@@ -31,18 +29,9 @@ def measure(args, report) -> None:
         for reqs in (1, 4):
             crossover = None
             for ctx in (128, 192, 256, 384, 512, 768, 1024):
-                dim, block = 64, 16
-                width = ctx // block + 1
-                cache = allocate_paged_kv_caches(
-                    1, reqs * width + 1, block, kv_heads, dim, torch.bfloat16, "cuda"
-                )[0].normal_()
-                tables = torch.arange(reqs * width, device="cuda").view(reqs, width)
-                lens = torch.full((reqs,), ctx, device="cuda")
-                slots = torch.full((reqs,), -1, device="cuda")
-                q = torch.randn(reqs, heads, dim, device="cuda", dtype=torch.bfloat16)
-                k = torch.randn(reqs, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
-                v = torch.randn_like(k)
-                out = torch.empty_like(q)
+                (cache,), tables, lens, slots, q, k, v, out = decode_attention_inputs(
+                    reqs, heads, kv_heads, 64, ctx
+                )
                 split = decode_num_splits(reqs, kv_heads)  # the slices without the context rule
                 attend = functools.partial(
                     triton_paged_decode, q, k, v, cache, tables, lens, slots, None, out
