@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 
 from mini_vllm.layers.triton_gemv import pdl_supported
-from mini_vllm.layers.triton_launch import launch
+from mini_vllm.layers.triton_launch import launch, next_power_of_2
 
 try:
     import triton
@@ -372,7 +372,7 @@ def triton_write_kv(
         k.stride(0),
         v.stride(0),
         row,  # ROW
-        triton.next_power_of_2(row),  # ROW_PAD
+        next_power_of_2(row),  # ROW_PAD
     )
 
 
@@ -437,7 +437,7 @@ def triton_paged_decode(
             q, k, v, kv_cache[0], kv_cache[1], block_tables, seq_lens, slot_mapping, scratch,
             part_acc, part_max, part_sum, q.stride(0), q.stride(1), k.stride(0), v.stride(0),
             block_tables.stride(0), scale, positions, cos_sin,
-            num_kv_heads, group, triton.next_power_of_2(group), head_dim, block_size,
+            num_kv_heads, group, next_power_of_2(group), head_dim, block_size,
             SPLIT_TILE[0], splits, rope is not None, pdl,  # ... BLOCK_N, NUM_SPLITS, ROPE, PDL
             num_warps=SPLIT_TILE[1], **options,
         )

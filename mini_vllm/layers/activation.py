@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from mini_vllm.layers.custom_op import CustomOp
-from mini_vllm.layers.triton_launch import launch
+from mini_vllm.layers.triton_launch import cdiv, launch
 from mini_vllm.torch_utils import direct_register_custom_op
 
 try:
@@ -65,7 +65,7 @@ def silu_and_mul_cuda(gate_up: torch.Tensor) -> torch.Tensor:
     rows, k = gate_up.shape[0], gate_up.shape[1] // 2
     out = gate_up.new_empty((rows, k))
     if rows:
-        grid = (rows, triton.cdiv(k, 1024))
+        grid = (rows, cdiv(k, 1024))
         launch(_silu_and_mul_kernel, grid, gate_up, out, k, gate_up.stride(0), 1024)  # BLOCK
     return out
 

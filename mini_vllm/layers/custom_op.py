@@ -74,10 +74,11 @@ class CustomOp(nn.Module):
             return self.forward_compiled(*args, **kwargs)
         if _fx_symbolic_tracing():
             return self.forward_native(*args, **kwargs)
-        device = args[0].device.type  # every layer's first argument is a tensor
-        if device == "cuda":
+        first = args[0]  # every layer's first argument is a tensor
+        # (`is_cuda` rather than `device.type`: a third of the cost, on every eager call.)
+        if first.is_cuda:
             return self.forward_cuda(*args, **kwargs)
-        if device == "cpu":
+        if first.is_cpu:
             return self.forward_cpu(*args, **kwargs)
         return self.forward_native(*args, **kwargs)
 

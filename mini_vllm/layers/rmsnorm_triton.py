@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from mini_vllm.layers.triton_launch import launch
+from mini_vllm.layers.triton_launch import launch, next_power_of_2
 
 try:
     import triton
@@ -93,7 +93,7 @@ def triton_rmsnorm(
             hidden,
             eps,
             residual is not None,  # HAS_RESIDUAL
-            triton.next_power_of_2(hidden),  # BLOCK
+            next_power_of_2(hidden),  # BLOCK
             num_warps=4,
         )
     return out if residual is None else (out, residual_out)

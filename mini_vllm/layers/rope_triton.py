@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from mini_vllm.layers.triton_launch import launch
+from mini_vllm.layers.triton_launch import launch, next_power_of_2
 
 try:
     import triton
@@ -116,8 +116,8 @@ def triton_rope_(
             key.stride(0),
             num_q_heads,
             num_k_heads,
-            triton.next_power_of_2(num_q_heads),
-            triton.next_power_of_2(num_k_heads),
+            next_power_of_2(num_q_heads),
+            next_power_of_2(num_k_heads),
             head_dim,
             num_warps=4,
         )

@@ -91,23 +91,20 @@ def triton_gemv_available(x: torch.Tensor, weight: torch.Tensor) -> bool:
     precision, since the skinny kernel multiplies on the tensor cores and float32 there
     would be TF32, not the float32 product the engine's equality checks compare against.
     """
-    rows = x.shape[0] if x.dim() == 2 else 0
+    if triton is None or x.dim() != 2 or weight.dim() != 2:
+        return False
+    rows = x.shape[0]
+    # The row count first: most products of a batch of several rows stop here.
+    if rows != 1 and not (
+        1 < rows <= MAX_ROWS and x.dtype in (torch.bfloat16, torch.float16) and _skinny_enabled()
+    ):
+        return False
     return (
-        triton is not None
-        and x.is_cuda
-        and x.dim() == 2
-        and weight.dim() == 2
+        x.is_cuda
+        and weight.is_cuda
         and x.stride(-1) == 1
         and weight.stride(-1) == 1
         and x.dtype == weight.dtype
-        and (
-            rows == 1
-            or (
-                1 < rows <= MAX_ROWS
-                and x.dtype in (torch.bfloat16, torch.float16)
-                and _skinny_enabled()
-            )
-        )
     )
 
 
@@ -491,7 +488,7 @@ def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=N
     else:
         kernel, ints = _skinny_gemm_kernel, (m, n, k, x.stride(0), weight.stride(0))
         block_m = _row_bucket(m)
-    args = (*tensors[:3], *ints, *tensors[3:], eps)
+    addresses = [t.data_ptr() for t in tensors]
     # Triton specialises an integer argument on its value being 1 and on its divisibility
     # by 16: the row count enters the key that way, so one kernel serves 17 to 31 rows.
     key = (
@@ -499,13 +496,15 @@ def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=N
         prologue,
         pdl,
         x.device,
-        *((t.dtype, t.data_ptr() % 16 == 0) for t in tensors),
+        *[(t.dtype, a % 16 == 0, t.is_cuda) for t, a in zip(tensors, addresses)],
     )
     known = _compiled_launches.get(key)
     if known is not None:
+        # Pointers as addresses, as mini_vllm/layers/triton_launch.py `specialise` explains.
         launcher, grid, constants = known
-        launcher(grid, (*args, *constants))
+        launcher(grid, (*addresses[:3], *ints, *addresses[3:], eps, *constants))
         return out
+    args = (*tensors[:3], *ints, *tensors[3:], eps)
     extra = {} if block_m is None else {"BLOCK_M": block_m}
     started = time.perf_counter()
     compiled = kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](

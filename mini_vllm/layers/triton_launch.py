@@ -19,7 +19,8 @@ hundred kernels: it is a large share of what made the eager engine slow
 `launch(kernel, grid, *args, **options)` is `kernel[grid](*args, **options)`. The first
 call for a specialisation goes through Triton (which compiles, or loads from its cache)
 and keeps the compiled kernel; later calls with the same specialisation call its C
-launcher straight away, exactly as Triton's `JITFunction.run` ends. The specialisation
+launcher straight away, as Triton's `JITFunction.run` ends, with each tensor passed as
+its address (`specialise`). The specialisation
 is worked out here the way Triton does it (with the values of the constexprs), so a
 call never reaches a kernel compiled for other arguments. Every argument of the kernel
 is passed positionally, in the order of its signature (constexprs included); `options`
@@ -35,26 +36,56 @@ from typing import Any
 
 import torch
 
-__all__ = ["direct_launcher", "launch", "specialisation"]
+__all__ = ["cdiv", "direct_launcher", "launch", "next_power_of_2", "specialise", "specialisation"]
 
 # (kernel, specialisation, options) -> the compiled kernel's direct launcher, or None
 # where it has none (an older Triton): then Triton's front end every time.
 _launchers: dict[tuple, Callable[[tuple, tuple], None] | None] = {}
-_constexpr_positions: dict[Any, frozenset[int] | None] = {}  # per kernel
+# id(kernel) -> (kernel, the positions of its constexprs). Kernels are told apart by
+# identity: hashing a JITFunction takes a lock and hashes its source key (Triton's
+# `__hash__`), twice a launch otherwise. The kernel is held so that its id stays its own.
+_kernels: dict[int, tuple[Any, frozenset[int] | None]] = {}
+
+
+# Host-side sizes of a launch. Triton's `triton.next_power_of_2` and `triton.cdiv` are
+# constexpr functions, usable inside kernels too, and a call from the host costs 1.4 µs
+# (scripts/gpu/host_launch_costs.py): several a kernel, at every eager launch.
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (n >= 1), as `triton.next_power_of_2`."""
+    return 1 << (n - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    """a / b rounded up, as `triton.cdiv`."""
+    return -(-a // b)
 
 
 # ANCHOR: specialisation
 def specialisation(args: tuple, constexprs: frozenset[int] | None = None) -> tuple:
     """What Triton's compiled kernel for `args` depends on, one entry an argument: the
     value of a constexpr (the positions in `constexprs`; None: every integer counts as
-    one), a tensor's dtype and 16-byte alignment, an integer's being 1, a multiple of
-    16, or beyond 32 bits, a float's type."""
-    key = []
+    one), a tensor's dtype, 16-byte alignment and being on the GPU, an integer's being 1,
+    a multiple of 16, or beyond 32 bits, a float's type."""
+    return specialise(args, constexprs)[0]
+
+
+def specialise(args: tuple, constexprs: frozenset[int] | None = None) -> tuple[tuple, list]:
+    """`(specialisation(args), arguments for the C launcher)`, in one pass over `args`.
+
+    The C launcher takes a pointer argument as a tensor or as an address. Given a tensor
+    it calls the tensor's `data_ptr` through Python and asks the CUDA driver whether the
+    address is the GPU's: about a microsecond a tensor, and the decode attention passes
+    a dozen. The key has just read each address for its alignment and records whether
+    the tensor is on the GPU, so the short path passes the addresses; Triton's front end,
+    which checks them, has seen the first call of every key."""
+    key, arguments = [], list(args)
     for position, arg in enumerate(args):
-        kind = type(arg)
         if isinstance(arg, torch.Tensor):
-            key.append((arg.dtype, arg.data_ptr() % 16 == 0))
-        elif constexprs is None or position in constexprs:
+            address = arguments[position] = arg.data_ptr()
+            key.append((arg.dtype, address % 16 == 0, arg.is_cuda))
+            continue
+        kind = type(arg)
+        if constexprs is None or position in constexprs:
             key.append((kind, arg))
         elif kind is int:
             key.append(
@@ -64,22 +95,41 @@ def specialisation(args: tuple, constexprs: frozenset[int] | None = None) -> tup
             key.append(float)
         else:  # bool, None, a dtype: part of the key as it is
             key.append((kind, arg))
-    return tuple(key)
+    return tuple(key), arguments
 
 
 # ANCHOR_END: specialisation
+
+
+# Triton versions whose C launcher takes (grid, stream, function, cooperative, PDL, global
+# scratch, profile scratch, metadata..., arguments): there the Python wrapper around it
+# (CudaLauncher.__call__, which only allocates scratch space our kernels never ask for)
+# is skipped too. Elsewhere the wrapper runs, as Triton's own launch does.
+_BARE_LAUNCHER_TRITONS = ("3.5.", "3.6.")
 
 
 # ANCHOR: direct_launcher
 def direct_launcher(compiled: Any) -> Callable[[tuple, tuple], None] | None:
     """`launch(grid, args)` for a kernel Triton compiled and launched once (what
     `kernel[grid](...)` returned), or None if this Triton's compiled kernels lack the
-    parts it needs."""
+    parts it needs. `args` may hold tensors or their addresses."""
     parts = ("run", "function", "packed_metadata")
     if not all(hasattr(compiled, name) for name in parts):
         return None
     run, function, packed_metadata = (getattr(compiled, name) for name in parts)
-    current_stream, current_device = torch._C._cuda_getCurrentRawStream, torch.cuda.current_device
+    # The current stream of the current device, read without torch.cuda's Python layer
+    # (CUDA is initialised: the kernel has run once).
+    current_stream, current_device = torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice
+    bare = _bare_launcher(run)
+    if bare is not None:
+        cooperative, pdl = run.launch_cooperative_grid, run.launch_pdl
+
+        def launch_bare(grid: tuple, args: tuple) -> None:
+            x, y, z = (*grid, 1, 1)[:3]
+            bare(x, y, z, current_stream(current_device()), function, cooperative, pdl,
+                 None, None, packed_metadata, None, None, None, *args)  # fmt: skip
+
+        return launch_bare
 
     def launch_compiled(grid: tuple, args: tuple) -> None:
         x, y, z = (*grid, 1, 1)[:3]
@@ -91,24 +141,41 @@ def direct_launcher(compiled: Any) -> Callable[[tuple, tuple], None] | None:
     return launch_compiled
 
 
+def _bare_launcher(run: Any) -> Callable[..., None] | None:
+    """The C function under Triton's launcher `run`, where calling it directly is safe: a
+    known Triton, and a kernel that needs no scratch memory."""
+    import triton
+
+    if not triton.__version__.startswith(_BARE_LAUNCHER_TRITONS):
+        return None
+    needed = ("launch", "launch_cooperative_grid", "launch_pdl")
+    if not all(hasattr(run, name) for name in needed):
+        return None
+    if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+        return None
+    return run.launch
+
+
 # ANCHOR_END: direct_launcher
 
 
 # ANCHOR: launch
 def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **options: Any) -> None:
     """`kernel[grid](*args, **options)`, without Triton's front end after the first call."""
-    constexprs = _constexpr_positions.get(kernel, False)
-    if constexprs is False:
+    known = _kernels.get(id(kernel))
+    if known is None:
         # A JITFunction lists its constexpr parameters; without the list, every integer is
         # taken as one (more entries, never a wrong kernel).
         positions = getattr(kernel, "constexprs", None)
-        constexprs = _constexpr_positions[kernel] = (
-            frozenset(positions) if positions is not None else None
+        known = _kernels[id(kernel)] = (
+            kernel,
+            frozenset(positions) if positions is not None else None,
         )
-    key = (kernel, specialisation(args, constexprs), *options.items())
+    specialised, arguments = specialise(args, known[1])
+    key = (id(kernel), specialised, *options.items())
     launcher = _launchers.get(key, False)
     if launcher:
-        launcher(grid, args)
+        launcher(grid, arguments)
         return
     compiled = kernel[grid](*args, **options)
     if launcher is False:  # the first call for this specialisation

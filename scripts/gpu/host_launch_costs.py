@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""Host time of the calls an async decode step makes
-after the graph replay (batch 1, SmolLM2 shape).
+"""Host time of the calls a decode step makes outside a graph (batch 1, SmolLM2 shape).
 
     python3 scripts/gpu/host_launch_costs.py [--out DIR]
 
-The LM head's product (Triton GEMV and cuBLAS), the argmax, small non-blocking copies, an
-event, an allocation. Each call is timed on the host only (no sync inside the loop),
-after a sync, 200 calls back to back, median; the GPU work queues up behind. What a call
-costs the host is what an async step's host side pays for it every step.
+First the calls an async step makes after the graph replay: the LM head's product
+(Triton GEMV and cuBLAS), the argmax, small non-blocking copies, an event, an
+allocation. Then what one eager kernel costs, layer by layer down to the C launcher: an
+RMSNorm module call, the function it calls, `launch` of mini_vllm/layers/triton_launch.py
+(on a kernel of the same signature), its specialisation key, the compiled kernel's
+launcher alone (given tensors, or their addresses), and the small helpers around them.
+Each call is timed on the host only (no sync inside the loop), after a sync, 200 calls
+back to back, median; the GPU work queues up behind. What a call costs the host is what
+a step's host side pays for it every time.
 """
 
 from __future__ import annotations
@@ -44,6 +48,55 @@ def measure(args, report) -> None:
     }
     for name, fn in costs.items():
         report(f"{name:>50}: {host_us(fn):6.1f} us on the host")
+    report("")
+    report("one eager kernel, from the module call down (RMSNorm, 576 wide, one row):")
+    for name, fn in _eager_kernel_costs(device).items():
+        report(f"{name:>50}: {host_us(fn):6.1f} us on the host")
+
+
+def _eager_kernel_costs(device) -> dict:
+    import torch
+    import triton
+    import triton.language as tl
+
+    from mini_vllm.layers import triton_launch
+    from mini_vllm.layers.layernorm import RMSNorm
+    from mini_vllm.layers.rmsnorm_triton import triton_rmsnorm
+    from mini_vllm.layers.triton_gemv import linear_cuda, triton_gemv_available
+
+    # A kernel with the signature of the RMSNorm kernel's (five pointers, three integers,
+    # a float, two constexprs), to time `launch` and its parts on their own.
+    @triton.jit
+    def scale_rows(x, residual, weight, out, residual_out, stride_x, stride_r, hidden, eps,
+                   HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
+        offsets = tl.arange(0, BLOCK)
+        mask = offsets < hidden
+        row = tl.load(x + tl.program_id(0) * stride_x + offsets, mask=mask)
+        tl.store(out + tl.program_id(0) * hidden + offsets, row * eps, mask=mask)
+
+    norm = RMSNorm(576, 1e-5).to(device=device, dtype=torch.bfloat16)
+    x = torch.randn(1, 576, device=device, dtype=torch.bfloat16)
+    weight = torch.randn(576, 576, device=device, dtype=torch.bfloat16)
+    out = torch.empty_like(x)
+    args = (x, x, norm.weight, out, out, x.stride(0), 0, 576, 1e-5, False, 1024)
+    constexprs = frozenset((9, 10))
+    launcher = triton_launch.direct_launcher(scale_rows[(1,)](*args, num_warps=4))
+    addresses = triton_launch.specialise(args, constexprs)[1]
+    return {
+        "RMSNorm module call (norm(x))": lambda: norm(x),
+        "triton_rmsnorm(x, weight, eps)": lambda: triton_rmsnorm(x, norm.weight, 1e-5),
+        "launch(kernel, grid, *11 args)": lambda: triton_launch.launch(
+            scale_rows, (1,), *args, num_warps=4
+        ),
+        "specialise(11 args)": lambda: triton_launch.specialise(args, constexprs),
+        "launcher alone, tensors as addresses": lambda: launcher((1,), addresses),
+        "launcher alone, tensors as tensors": lambda: launcher((1,), args),
+        "torch.empty((1, 576))": lambda: torch.empty((1, 576), dtype=x.dtype, device=device),
+        "triton.next_power_of_2(576)": lambda: triton.next_power_of_2(576),
+        "triton_launch.next_power_of_2(576)": lambda: triton_launch.next_power_of_2(576),
+        "triton_gemv_available(x, weight)": lambda: triton_gemv_available(x, weight),
+        "linear_cuda 576x576, one row (Triton GEMV)": lambda: linear_cuda(x, weight),
+    }
 
 
 if __name__ == "__main__":

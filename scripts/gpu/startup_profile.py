@@ -6,8 +6,10 @@
 
 Runs a cold start in a fresh process (empty caches in a scratch folder), then a warm one
 on the same caches under cProfile, and prints the warm start's functions by cumulative
-and by own time: what a restarted server waits for. `--profile-cold` profiles the cold
-start instead. The starts are those of `python -m mini_vllm bench startup`.
+and by own time, and who calls the costliest: what a restarted server waits for.
+`--profile-cold` profiles the cold start instead. The starts are those of `python -m
+mini_vllm bench startup`. The raw profile is kept as start.prof in the output folder
+(`python -m pstats`, snakeviz).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import io
 import json
 import os
 import pstats
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,10 +60,15 @@ def measure(args, report) -> None:
                 f"{key} {value:.1f}" if isinstance(value, float) else f"{key} {value}"
                 for key, value in phases.items()
             ))  # fmt: skip
+        shutil.copy(stats_file, args.out / "start.prof")
         for order in ("cumulative", "tottime"):
             text = io.StringIO()
             pstats.Stats(str(stats_file), stream=text).sort_stats(order).print_stats(args.rows)
             report(text.getvalue())
+        text = io.StringIO()
+        stats = pstats.Stats(str(stats_file), stream=text).sort_stats("tottime")
+        stats.print_callers(12)  # the twelve costliest by own time, and who called them
+        report(text.getvalue())
 
 
 if __name__ == "__main__":
