@@ -77,3 +77,18 @@ def test_a_short_launch_runs_on_the_current_stream_and_inside_a_cuda_graph():
     x.copy_(torch.randn_like(x))
     graph.replay()
     torch.testing.assert_close(captured, _torch_rmsnorm(x, weight, 1e-5))
+
+
+@pytest.mark.gpu
+def test_a_host_tensor_never_reaches_a_kernel_as_an_address():
+    # The short path passes addresses; a CPU tensor must not become one. Its key differs
+    # (the tensor is not on the GPU), so it takes Triton's path, which refuses it.
+    from mini_vllm.layers.rmsnorm_triton import triton_rmsnorm
+
+    weight = torch.randn(576, device="cuda")
+    x = torch.randn(3, 576, device="cuda")
+    triton_rmsnorm(x, weight, 1e-5)  # kept for the short path
+    with pytest.raises((ValueError, RuntimeError)):
+        triton_rmsnorm(x, weight.cpu(), 1e-5)
+    # The GPU took no harm: the next launch computes as before.
+    torch.testing.assert_close(triton_rmsnorm(x, weight, 1e-5), _torch_rmsnorm(x, weight, 1e-5))
