@@ -254,5 +254,7 @@ def test_split_count_follows_batch_and_longest_possible_context():
     assert decode_num_splits(1, 3, max_context=4096) == 16
     assert decode_num_splits(1, 3, max_context=SINGLE_PASS_MAX_CONTEXT) == 1  # one pass is faster
     assert decode_num_splits(1, 3, max_context=SINGLE_PASS_MAX_CONTEXT + 16) == 16
-    assert decode_num_splits(8, 3, max_context=4096) == 8
-    assert decode_num_splits(64, 8, max_context=4096) == 1  # the batch fills the GPU alone
+    assert decode_num_splits(8, 3, max_context=4096) == 16  # 24 pairs: the cap
+    assert decode_num_splits(32, 3, max_context=4096) == 8  # 96 pairs, 768 programs
+    assert decode_num_splits(8, 8, max_context=4096) == 8  # Llama-3.2-1B at batch 8
+    assert decode_num_splits(32, 8, max_context=4096) == 1  # 256 pairs fill the GPU alone

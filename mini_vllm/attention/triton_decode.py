@@ -324,21 +324,23 @@ if triton is not None:
 
 
 # The kernels' tiles: (cached tokens an iteration, warps a program), for the one pass and
-# for the slices. The one pass was tuned on an H100 (`git show
-# ae239bb:scripts/gpu_attn_tune.py`): 128 cached tokens an iteration and two warps beat
-# 32/64 tokens and 1 or 4 warps at contexts 128 to 1024. Smaller tiles of one warp time
-# faster alone (scripts/gpu/decode_attention_tiles.py sets these constants in turn) but
-# not in the engine's step (benchmarks/results/decode-batch-profile-cuda.md), so these stay.
-SINGLE_PASS_TILE = (128, 2)
-SPLIT_TILE = (32, 4)
-# Enough programs to occupy a big GPU (an H100 has 132 SMs) before splitting stops paying.
-TARGET_PROGRAMS = 128
+# for the slices, and the programs a step's slices aim at. One warp a program with small
+# tiles times faster alone at every head shape (scripts/gpu/decode_attention_tiles.py),
+# and many such programs share an SM, hence far more than an H100's 132 SMs: from 256
+# (request, KV head) pairs on, one pass. In the engine's compiled FULL step these gained
+# at nine of the ten (shape, batch) points measured, most at the Llama-3.1-8B shape at
+# batch 32 (7.351 to 6.780 ms), and cost about 1% at SmolLM2's batch 32; 192 programs
+# instead of 512 lost at batch 8 (benchmarks/results/decode-batch-profile-cuda.md). Before
+# them: (128, 2) and (32, 4), aiming at 128, tuned for the one pass at SmolLM2's heads.
+SINGLE_PASS_TILE = (64, 1)
+SPLIT_TILE = (16, 1)
+TARGET_PROGRAMS = 512
 MAX_SPLITS = 16
-# A context that fits in one tile of the single pass (BLOCK_N = 128 tokens) is faster in
-# one pass than in slices and a merge, even for a lone request; from two tiles on the
-# slices win (scripts/gpu/split_decode.py, H100, in a CUDA graph, batch 1, SmolLM2's
-# heads: one pass 4.6 us at context 128 and 7.2 us at 192, 16 slices and the merge
-# 6.4-6.5 us at both; Llama-3.2-1B's heads: 4.5 / 7.2 against 5.8 / 5.8).
+# A context of up to 128 tokens is faster in one pass than in slices and a merge, even
+# for a lone request; from 192 on the slices win (scripts/gpu/split_decode.py, H100, in a
+# CUDA graph, batch 1, the (128, 2) and (32, 4) tiles, SmolLM2's heads: one pass 4.6 us
+# at context 128 and 7.2 us at 192, 16 slices and the merge 6.4-6.5 us at both;
+# Llama-3.2-1B's heads: 4.5 / 7.2 against 5.8 / 5.8).
 SINGLE_PASS_MAX_CONTEXT = 128
 
 
