@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpukit import ROOT, run_script
+from gpukit import old_package_argument, run_script, versions_to_compare
 
 # Run in the version's folder (`python -c` puts it first on sys.path).
 CHILD = """
@@ -47,9 +47,7 @@ print(json.dumps(windows))
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument(
-        "old", type=Path, nargs="?", help="folder holding the other mini_vllm package"
-    )
+    old_package_argument(parser)
     parser.add_argument("--models", default="smollm2-135m,llama-3.1-8b-like")
     parser.add_argument("--rounds", type=int, default=3, help="processes of each version")
 
@@ -70,12 +68,7 @@ def _windows(folder: Path, model: str) -> list[float]:
 
 
 def measure(args, report) -> None:
-    if args.old is None:
-        raise SystemExit("name the folder holding the other mini_vllm package: ab_eager.py OLD")
-    old = args.old.resolve()
-    if not (old / "mini_vllm" / "__init__.py").is_file():
-        raise SystemExit(f"{old} holds no mini_vllm package (expected {old}/mini_vllm/)")
-    versions = {"new": ROOT, "old": old}
+    versions = versions_to_compare(args.old, "ab_eager.py")
     rows = []
     for model in args.models.split(","):
         fastest: dict[str, list[float]] = {name: [] for name in versions}

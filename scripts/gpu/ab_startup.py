@@ -18,27 +18,20 @@ import sys
 import tempfile
 from pathlib import Path
 
-from gpukit import ROOT, run_script
+from gpukit import old_package_argument, run_script, versions_to_compare
 
 START = ["smollm2-135m", "cuda", "vllm_compile", "full_and_piecewise"]
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument(
-        "old", type=Path, nargs="?", help="folder holding the other mini_vllm package"
-    )
+    old_package_argument(parser)
     parser.add_argument("--rounds", type=int, default=4, help="warm starts of each version")
 
 
 def measure(args, report) -> None:
     from mini_vllm.bench.startup import fresh_start_env, run_one_start
 
-    if args.old is None:
-        raise SystemExit("name the folder holding the other mini_vllm package: ab_startup.py OLD")
-    old = args.old.resolve()
-    if not (old / "mini_vllm" / "__init__.py").is_file():
-        raise SystemExit(f"{old} holds no mini_vllm package (expected {old}/mini_vllm/)")
-    versions = {"new": ROOT, "old": old}
+    versions = versions_to_compare(args.old, "ab_startup.py")
     with tempfile.TemporaryDirectory(prefix="mini-vllm-ab-startup-") as scratch:
         envs = {}
         for name, folder in versions.items():

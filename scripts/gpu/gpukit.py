@@ -75,6 +75,24 @@ def run_script(
     return 0
 
 
+def old_package_argument(parser: argparse.ArgumentParser) -> None:
+    """The positional OLD of the scripts that compare the checkout with another copy."""
+    parser.add_argument(
+        "old", type=Path, nargs="?", help="folder holding the other mini_vllm package"
+    )
+
+
+def versions_to_compare(old: Path | None, script: str) -> dict[str, Path]:
+    """`{"new": the checkout, "old": OLD}`, each a folder holding a mini_vllm package; exits
+    with what to do when OLD is missing or holds no package."""
+    if old is None:
+        raise SystemExit(f"name the folder holding the other mini_vllm package: {script} OLD")
+    old = old.resolve()
+    if not (old / "mini_vllm" / "__init__.py").is_file():
+        raise SystemExit(f"{old} holds no mini_vllm package (expected {old}/mini_vllm/)")
+    return {"new": ROOT, "old": old}
+
+
 def host_us(fn: Callable[[], object], calls: int = 200, warmups: int = 1) -> float:
     """Median host time of one call of `fn`, in µs: `warmups` untimed calls and a sync,
     then `calls` calls timed back to back with no sync inside the loop, so the GPU work
