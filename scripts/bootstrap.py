@@ -3,16 +3,15 @@
 
     python3 scripts/bootstrap.py demo    # install what is missing, then generate text
     python3 scripts/bootstrap.py test    # install what is missing, then run every test
-    python3 scripts/bootstrap.py lint # install what is
-    missing, then check style (ruff; CI runs it first)
+    python3 scripts/bootstrap.py lint    # install what is missing, then check style (ruff)
+    python3 scripts/bootstrap.py setup   # only install what is missing
 
 Only a Python >= 3.10 is assumed. Everything goes into `.venv/` at the repository
 root. When the Python running this script already has a PyTorch >= 2.4 (a GPU box,
 say), the venv is made to see the system's packages so that PyTorch is kept;
-otherwise the venv is isolated and gets the CPU build torch==2.13.0. A stamp file records what was
-installed, so a second run installs
-nothing and starts at once. Extra arguments
-after `demo`/`test` are passed on."""
+otherwise the venv is isolated and gets the CPU build torch==2.13.0. A stamp file
+records what was installed, so a second run installs nothing and starts at once.
+Extra arguments after `demo`/`test` are passed on."""
 
 from __future__ import annotations
 
