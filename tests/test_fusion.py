@@ -246,10 +246,10 @@ def test_silu_and_mul_op_on_cuda_matches_torch(rows):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("num_splits", [1, 8])
+@pytest.mark.parametrize("grouped, num_splits", [(False, 1), (True, 1), (True, 8)])
 @pytest.mark.parametrize("num_reqs", [1, 3])
-def test_decode_kernels_rotate_like_rotating_first(num_splits, num_reqs):
-    from mini_vllm.attention.triton_decode import triton_paged_decode
+def test_decode_kernels_rotate_like_rotating_first(grouped, num_splits, num_reqs):
+    from mini_vllm.attention.triton_decode import DecodePlan, triton_paged_decode
     from mini_vllm.layers.rotary_embedding import RotaryEmbedding
 
     torch.manual_seed(num_reqs * 10 + num_splits)
@@ -276,7 +276,7 @@ def test_decode_kernels_rotate_like_rotating_first(num_splits, num_reqs):
         seq_lens,
         slots,
         None,
-        num_splits=num_splits,
+        plan=DecodePlan(grouped, (32, 4) if grouped else (64, 1), num_splits),
         rope=(positions, rope.cos_sin_cache),
     )
     q_rot, k_rot = rope(positions, q, k)
@@ -289,7 +289,7 @@ def test_decode_kernels_rotate_like_rotating_first(num_splits, num_reqs):
         seq_lens,
         slots,
         None,
-        num_splits=num_splits,
+        plan=DecodePlan(grouped, (32, 4) if grouped else (64, 1), num_splits),
     )
     torch.testing.assert_close(
         cache_fused, kv_cache, rtol=2**-7, atol=2**-7

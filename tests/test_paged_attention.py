@@ -198,20 +198,25 @@ def test_triton_decode_kernels_match_the_torch_path(dtype, tol, heads, kv_heads)
     assert torch.isfinite(fast).all()
 
 
+# Both kernels, the grouped one with 1, 2 and 16 slices, and tiles of 16 to 64 tokens.
+DECODE_PLANS = [(False, (64, 1), 1), (True, (16, 1), 1), (True, (32, 4), 2), (True, (64, 4), 16)]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("num_splits", [1, 2, 16])
-@pytest.mark.parametrize("heads, kv_heads", [(9, 3), (32, 8)])
-def test_split_decode_matches_the_torch_path_for_every_number_of_slices(
-    num_splits, heads, kv_heads
-):
-    """Flash-decoding's slices and merge give the single pass's answer, empty slices included.
+@pytest.mark.parametrize("plan", DECODE_PLANS, ids=lambda p: f"grouped{p[0]}-{p[1]}-{p[2]}")
+@pytest.mark.parametrize("heads, kv_heads", [(9, 3), (32, 8), (4, 4)])
+def test_decode_kernels_match_the_torch_path_for_every_plan(plan, heads, kv_heads):
+    """The per-head one pass, and the grouped kernel with any number of slices and their
+    merge, give the torch path's answer, empty slices included.
 
     Contexts of 1 and 2 tokens leave most of 16 slices empty; 0 is a padded row.
-    Tolerance: bf16 inputs and output, float32 accumulation in another order: 2e-2.
+    Tolerance: bf16 inputs and output, float32 accumulation in another order, the grouped
+    kernel's probabilities rounded to bf16 for the tensor cores: 2e-2.
     """
-    from mini_vllm.attention.triton_decode import triton_paged_decode
+    from mini_vllm.attention.triton_decode import DecodePlan, triton_paged_decode
 
-    torch.manual_seed(num_splits)
+    plan = DecodePlan(*plan)
+    torch.manual_seed(plan.splits)
     dim, block, num_blocks = 64, 16, 128
     lens = torch.tensor([1, 2, 17, 128, 300, 0], device="cuda")
     reqs = len(lens)
@@ -233,7 +238,7 @@ def test_split_decode_matches_the_torch_path_for_every_number_of_slices(
     q = torch.randn(reqs, heads, dim, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(reqs, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(reqs, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
-    fast = triton_paged_decode(q, k, v, caches[0], tables, lens, slots, None, num_splits=num_splits)
+    fast = triton_paged_decode(q, k, v, caches[0], tables, lens, slots, None, plan=plan)
     md = PagedAttentionMetadata(slots, tables, lens, [1] * reqs, lens.tolist(), uniform_decode=True)
     slow = PagedAttentionBackend(use_triton=False).forward(q, k, v, caches[1], md)
     torch.testing.assert_close(
@@ -241,20 +246,33 @@ def test_split_decode_matches_the_torch_path_for_every_number_of_slices(
     )  # the new keys and values stored once, in their slots
     torch.testing.assert_close(fast[:-1].float(), slow[:-1].float(), rtol=2e-2, atol=2e-2)
     assert torch.isfinite(fast).all()
-    with pytest.raises(ValueError, match="power of two"):
-        triton_paged_decode(q, k, v, caches[0], tables, lens, slots, None, num_splits=3)
+    for wrong in (plan._replace(splits=3), DecodePlan(False, (64, 1), 2)):
+        with pytest.raises(ValueError, match="power of two, and 1 for the per-head"):
+            triton_paged_decode(q, k, v, caches[0], tables, lens, slots, None, plan=wrong)
 
 
-def test_split_count_follows_batch_and_longest_possible_context():
+def test_split_count_follows_batch_head_dim_and_longest_possible_context():
     """Slices only pay for a small batch over a long context (the kernels are GPU-REQ;
     the choice is plain arithmetic and is checked here)."""
-    from mini_vllm.attention.triton_decode import SINGLE_PASS_MAX_CONTEXT, decode_num_splits
+    from mini_vllm.attention.triton_decode import (
+        GROUPED_TILE,
+        MANY_SLICES_TILE,
+        SINGLE_PASS_MAX_CONTEXT,
+        DecodePlan,
+        decode_num_splits,
+        decode_plan,
+    )
 
-    assert decode_num_splits(1, 3) == 16  # SmolLM2 at batch 1, context unknown: 48 programs
-    assert decode_num_splits(1, 3, max_context=4096) == 16
-    assert decode_num_splits(1, 3, max_context=SINGLE_PASS_MAX_CONTEXT) == 1  # one pass is faster
-    assert decode_num_splits(1, 3, max_context=SINGLE_PASS_MAX_CONTEXT + 16) == 16
-    assert decode_num_splits(8, 3, max_context=4096) == 16  # 24 pairs: the cap
-    assert decode_num_splits(32, 3, max_context=4096) == 8  # 96 pairs, 768 programs
-    assert decode_num_splits(8, 8, max_context=4096) == 8  # Llama-3.2-1B at batch 8
-    assert decode_num_splits(32, 8, max_context=4096) == 1  # 256 pairs fill the GPU alone
+    assert decode_num_splits(1, 3, 64) == 16  # SmolLM2 at batch 1, context unknown: the cap
+    assert decode_num_splits(1, 3, 64, max_context=4096) == 16
+    assert decode_num_splits(1, 3, 64, max_context=SINGLE_PASS_MAX_CONTEXT) == 1  # one pass
+    assert decode_num_splits(1, 3, 64, max_context=SINGLE_PASS_MAX_CONTEXT + 16) == 16
+    assert decode_num_splits(8, 3, 64, max_context=4096) == 16  # 24 pairs: the cap
+    assert decode_num_splits(32, 3, 64, max_context=4096) == 8  # 96 pairs, 768 programs
+    assert decode_num_splits(8, 8, 64, max_context=4096) == 16  # Llama-3.2-1B at batch 8
+    assert decode_num_splits(32, 8, 64, max_context=4096) == 4  # 1024 programs
+    assert decode_num_splits(32, 8, 128, max_context=4096) == 2  # 8B heads: 512 programs
+    assert decode_num_splits(64, 8, 128, max_context=4096) == 1  # 512 pairs fill the GPU
+    assert decode_num_splits(1024, 8, 128, max_context=4096) == 1
+    assert decode_plan(32, 8, 128, 4096) == DecodePlan(True, GROUPED_TILE, 2)
+    assert decode_plan(1, 3, 64, 4096) == DecodePlan(True, MANY_SLICES_TILE, 16)

@@ -14,24 +14,33 @@ so at 30 layers the plumbing costs more than the work. Here it is two kernels a 
 
 Layout (as mini_vllm/attention/paged.py): the cache of a layer is
 `[2, num_blocks + 1, block_size, num_kv_heads, head_dim]`; slot -1 writes to the last
-slot of the scratch block. One program per (request, KV head) walks the request's
-blocks with an online softmax. The decode kernel also stores the step's new key and
-value (one program per KV head does it), so a decode step's attention is one kernel a
-layer; prefill and mixed batches use the write kernel and the torch path. Sequence
-length 0 (a padded row) is treated as 1, as in the torch path, so the row stays finite.
+slot of the scratch block. A program walks a request's blocks with an online softmax.
+The decode kernel also stores the step's new key and value (one program per KV head does
+it), so a decode step's attention is one kernel a layer (two with slices); prefill and
+mixed batches use the write kernel and the torch path. Sequence length 0 (a padded row)
+is treated as 1, as in the torch path, so the row stays finite.
 
-Small batches: one program per (request, head) leaves most of an H100 idle (9 programs
-at batch 1 for SmolLM2) while each walks the whole context alone; measured inside the
+Two decode kernels. The per-head one pass, a program per (request, query head), is the
+plain form: each query head of a group reads its KV head's cache on its own, four times
+over at the Llama shapes. The engine runs the grouped kernel: a program per (request,
+KV head) takes the group's query heads together, so each key and value is read once, and
+multiplies them on the tensor cores (`tl.dot`, the group padded to 16 rows), as vLLM's
+`_fwd_grouped_kernel_stage1` does for grouped-query attention
+(vllm/v1/attention/ops/triton_decode_attention.py). Measured, it beat the per-head pass
+at every batch and head shape (`decode_plan` below).
+
+Small batches: a program per (request, head) leaves most of an H100 idle (9 programs at
+batch 1 for SmolLM2) while each walks the whole context alone; measured inside the
 compiled FULL graph it took 26 µs a layer, half of the step's GPU time. So below about
 a GPU's worth of programs the cached tokens are cut into slices that run in parallel,
-each for the whole group of query heads that share a KV head, and a second kernel
-merges the slices' partial softmaxes: flash-decoding (Dao et al., 2023), which vLLM's
-Triton decode kernel also does (vllm/attention/ops/triton_decode_attention.py, stage 1
-and stage 2). Where no request can hold more than one 128-token tile, one pass is still
-the faster choice (`decode_num_splits`).
+and a second kernel merges the slices' partial softmaxes: flash-decoding (Dao et al.,
+2023), vLLM's stage 1 and stage 2. Where no request can hold more than one 128-token
+tile, one slice is still the faster choice (`decode_num_splits`).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
@@ -44,7 +53,14 @@ try:
 except ImportError:  # CPU machines: the torch path is used
     triton = None
 
-__all__ = ["decode_num_splits", "triton_available", "triton_paged_decode", "triton_write_kv"]
+__all__ = [
+    "DecodePlan",
+    "decode_num_splits",
+    "decode_plan",
+    "triton_available",
+    "triton_paged_decode",
+    "triton_write_kv",
+]
 
 
 def triton_available() -> bool:
@@ -122,19 +138,24 @@ if triton is not None:
         row,
         BLOCK_SIZE: tl.constexpr,
         BLOCK_N: tl.constexpr,
+        FLOAT32: tl.constexpr = True,
     ):
-        """Keys and values `[BLOCK_N, HEAD_DIM]` (float32) of the cached tokens from `start`,
-        found through a request's block table (`table_row`); tokens from `end` on are masked
-        (`visible` False) and read as 0. `key_rows` / `value_rows` point at the KV head's
-        columns of slot 0; a slot is `row` elements long."""
+        """Keys and values `[BLOCK_N, HEAD_DIM]` of the cached tokens from `start` (float32,
+        or with FLOAT32 False the cache's dtype), found through a request's block table
+        (`table_row`); tokens from `end` on are masked (`visible` False) and read as 0.
+        `key_rows` / `value_rows` point at the KV head's columns of slot 0; a slot is `row`
+        elements long."""
         tokens = start + tl.arange(0, BLOCK_N)
         visible = tokens < end
         blocks = tl.load(table_row + tokens // BLOCK_SIZE, mask=visible, other=0)
         slots = (blocks * BLOCK_SIZE + tokens % BLOCK_SIZE)[:, None] * row
         # Keys and values are both requested before either is used: one trip to memory
         # per tile, not two (the cache is cold: the weights evicted it).
-        keys = tl.load(key_rows + slots, mask=visible[:, None], other=0.0).to(tl.float32)
-        values = tl.load(value_rows + slots, mask=visible[:, None], other=0.0).to(tl.float32)
+        keys = tl.load(key_rows + slots, mask=visible[:, None], other=0.0)
+        values = tl.load(value_rows + slots, mask=visible[:, None], other=0.0)
+        if FLOAT32:
+            keys = keys.to(tl.float32)
+            values = values.to(tl.float32)
         return keys, values, visible
 
     # ANCHOR: paged_decode_kernel
@@ -204,11 +225,13 @@ if triton is not None:
     @triton.jit
     def _paged_decode_split_kernel(
         q_ptr, k_ptr, v_ptr, key_cache_ptr, value_cache_ptr, tables_ptr, seq_lens_ptr, slot_ptr,
-        scratch_slot, part_acc_ptr, part_max_ptr, part_sum_ptr, stride_q_tok, stride_q_head,
-        stride_k, stride_v, stride_table, scale, positions_ptr, cos_sin_ptr,
+        scratch_slot, part_acc_ptr, part_max_ptr, part_sum_ptr, out_ptr, stride_q_tok,
+        stride_q_head, stride_k, stride_v, stride_o_tok, stride_o_head, stride_table, scale,
+        positions_ptr, cos_sin_ptr,
         NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr,
         HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
         NUM_SPLITS: tl.constexpr, ROPE: tl.constexpr = False, PDL: tl.constexpr = False,
+        DOT_PRECISION: tl.constexpr = "tf32",
     ):  # fmt: skip
         _wait_for_inputs(PDL)
         # One program per (request, KV head, slice of the cached tokens), for all the
@@ -267,25 +290,35 @@ if triton is not None:
         chunk = (past + NUM_SPLITS - 1) // NUM_SPLITS
         start = split * chunk
         end = tl.minimum(past, start + chunk)
+        q_dot = q.to(key_cache_ptr.dtype.element_ty)
         for block_start in range(start, end, BLOCK_N):
             keys, values, visible = _cached_kv_tile(
-                key_rows, value_rows, table_row, block_start, end, row, BLOCK_SIZE, BLOCK_N
+                key_rows, value_rows, table_row, block_start, end, row, BLOCK_SIZE, BLOCK_N, False
             )
-            scores = tl.sum(q[:, None, :] * keys[None, :, :], axis=2) * scale  # [group, tokens]
-            scores = tl.where(visible[None, :], scores, float("-inf"))
+            scores = tl.dot(q_dot, tl.trans(keys), input_precision=DOT_PRECISION) * scale
+            scores = tl.where(visible[None, :], scores, float("-inf"))  # [group, tokens]
             new_max = tl.maximum(running_max, tl.max(scores, axis=1))
             probs = tl.exp(scores - new_max[:, None])
             correction = tl.exp(running_max - new_max)
-            acc = acc * correction[:, None] + tl.sum(probs[:, :, None] * values[None, :, :], axis=1)
+            weighted = tl.dot(probs.to(values.dtype), values, input_precision=DOT_PRECISION)
+            acc = acc * correction[:, None] + weighted
             running_sum = running_sum * correction + tl.sum(probs, axis=1)
             running_max = new_max
-        # Partial results, not yet divided by their sums: [request, head, split(, dim)].
-        part = (request * NUM_KV_HEADS * GROUP + heads) * NUM_SPLITS + split
-        tl.store(part_max_ptr + part, running_max, mask=real_head)
-        tl.store(part_sum_ptr + part, running_sum, mask=real_head)
-        tl.store(
-            part_acc_ptr + part[:, None] * HEAD_DIM + dims[None, :], acc, mask=real_head[:, None]
-        )
+        if NUM_SPLITS == 1:  # one slice holds the whole context: the result itself
+            tl.store(
+                out_ptr + request * stride_o_tok + heads[:, None] * stride_o_head + dims[None, :],
+                (acc / running_sum[:, None]).to(out_ptr.dtype.element_ty),
+                mask=real_head[:, None],
+            )
+        else:  # partial results, not yet divided by their sums: [request, head, split(, dim)]
+            part = (request * NUM_KV_HEADS * GROUP + heads) * NUM_SPLITS + split
+            tl.store(part_max_ptr + part, running_max, mask=real_head)
+            tl.store(part_sum_ptr + part, running_sum, mask=real_head)
+            tl.store(
+                part_acc_ptr + part[:, None] * HEAD_DIM + dims[None, :],
+                acc,
+                mask=real_head[:, None],
+            )
 
     @triton.jit
     def _merge_splits_kernel(
@@ -323,37 +356,64 @@ if triton is not None:
     # ANCHOR_END: split_decode_kernels
 
 
-# The kernels' tiles: (cached tokens an iteration, warps a program), for the one pass and
-# for the slices, and the programs a step's slices aim at. One warp a program with small
-# tiles times faster alone at every head shape (scripts/gpu/decode_attention_tiles.py),
-# and many such programs share an SM, hence far more than an H100's 132 SMs: from 256
-# (request, KV head) pairs on, one pass. In the engine's compiled FULL step these gained
-# at nine of the ten (shape, batch) points measured, most at the Llama-3.1-8B shape at
-# batch 32 (7.351 to 6.780 ms), and cost about 1% at SmolLM2's batch 32; 192 programs
-# instead of 512 lost at batch 8 (benchmarks/results/decode-batch-profile-cuda.md). Before
-# them: (128, 2) and (32, 4), aiming at 128, tuned for the one pass at SmolLM2's heads.
-SINGLE_PASS_TILE = (64, 1)
-SPLIT_TILE = (16, 1)
-TARGET_PROGRAMS = 512
+# The tiles, (cached tokens an iteration, warps a program), and the programs a step aims
+# at. From scripts/gpu/decode_attention_tiles.py (H100, bf16, in a CUDA graph, the cache
+# read from memory; benchmarks/results/decode-attention-grouped-cuda.md): at SmolLM2's,
+# Llama-3.2-1B's and Llama-3.1-8B's heads, batch 1 to 64, contexts 192 and 512, the
+# grouped kernel beat the per-head one pass at every point (8B heads, batch 32, context
+# 512: 30.7 against 51.3 us), and (32, 4) was its best tile or close to it. Its best
+# count of slices made about 1024 programs at head dim 64 and 512 at 128, where each
+# program does twice the work: so the slices aim at TARGET_PROGRAMS * 64 / head_dim,
+# rounded down to a power of two. At the cap of 16 slices (a small batch) each slice is
+# short, and in the engine's compiled FULL step one warp with 16 tokens ran SmolLM2's
+# batch 1 and 8 faster than (32, 4) (0.487-0.492 against 0.502-0.504 ms, and 0.868-0.881
+# against 0.893-0.896). Before: one warp a program ((16, 1)), the query heads multiplied
+# on the CUDA cores, 512 programs whatever the head dim, and the per-head one pass
+# ((64, 1)) from 256 (request, KV head) pairs on.
+GROUPED_TILE = (32, 4)
+MANY_SLICES_TILE = (16, 1)  # for MAX_SPLITS slices
+TARGET_PROGRAMS = 1024  # at head dim 64
 MAX_SPLITS = 16
-# A context of up to 128 tokens is faster in one pass than in slices and a merge, even
-# for a lone request; from 192 on the slices win (scripts/gpu/split_decode.py, H100, in a
-# CUDA graph, batch 1, the (128, 2) and (32, 4) tiles, SmolLM2's heads: one pass 4.6 us
-# at context 128 and 7.2 us at 192, 16 slices and the merge 6.4-6.5 us at both;
-# Llama-3.2-1B's heads: 4.5 / 7.2 against 5.8 / 5.8).
+# Up to 128 tokens, one slice: the slices and their merge barely pay there, and lose as
+# soon as the batch grows (scripts/gpu/split_decode.py, H100, in a CUDA graph, the grouped
+# kernel with the (32, 4) tile, context 128, SmolLM2's heads: one slice 5.0 us and 16
+# slices with the merge 4.3 at batch 1, 5.1 against 5.7 at batch 4; at 192 the slices win
+# at both, 3.9 against 6.7 and 5.7 against 6.7).
 SINGLE_PASS_MAX_CONTEXT = 128
 
 
-def decode_num_splits(num_reqs: int, num_kv_heads: int, max_context: int | None = None) -> int:
-    """Slices of the cached tokens per (request, KV head): 1 when the batch fills the GPU,
-    or when no request can hold more than SINGLE_PASS_MAX_CONTEXT tokens (`max_context`)."""
-    programs = num_reqs * num_kv_heads
-    if programs >= TARGET_PROGRAMS // 2 or (
-        max_context is not None and max_context <= SINGLE_PASS_MAX_CONTEXT
-    ):
+class DecodePlan(NamedTuple):
+    """How one call of `triton_paged_decode` runs: the grouped kernel (a program per
+    (request, KV head, slice), its query heads on the tensor cores) or the per-head one
+    pass (a program per (request, query head)); the tile (cached tokens an iteration, warps
+    a program); and the slices of each request's cached tokens (grouped only; more than
+    one adds the merge kernel)."""
+
+    grouped: bool
+    tile: tuple[int, int]
+    splits: int
+
+
+def decode_num_splits(
+    num_reqs: int, num_kv_heads: int, head_dim: int, max_context: int | None = None
+) -> int:
+    """Slices of the cached tokens per (request, KV head): enough for about
+    TARGET_PROGRAMS * 64 / head_dim programs, as a power of two (for tl.arange) from 1 to
+    MAX_SPLITS; 1 when no request can hold more than SINGLE_PASS_MAX_CONTEXT tokens
+    (`max_context`)."""
+    if max_context is not None and max_context <= SINGLE_PASS_MAX_CONTEXT:
         return 1
-    wanted = -(-TARGET_PROGRAMS // programs)
-    return min(MAX_SPLITS, 1 << (wanted - 1).bit_length())  # a power of two, for tl.arange
+    wanted = TARGET_PROGRAMS * 64 // (head_dim * num_reqs * num_kv_heads)
+    return min(MAX_SPLITS, 1 << (wanted.bit_length() - 1)) if wanted > 1 else 1
+
+
+def decode_plan(
+    num_reqs: int, num_kv_heads: int, head_dim: int, max_context: int | None = None
+) -> DecodePlan:
+    """The engine's plan for a decode batch: the grouped kernel, with the slices of
+    `decode_num_splits`."""
+    splits = decode_num_splits(num_reqs, num_kv_heads, head_dim, max_context)
+    return DecodePlan(True, MANY_SLICES_TILE if splits == MAX_SPLITS else GROUPED_TILE, splits)
 
 
 def triton_write_kv(
@@ -388,14 +448,15 @@ def triton_paged_decode(
     slot_mapping: torch.Tensor,
     scale: float | None,
     output: torch.Tensor | None = None,
-    num_splits: int | None = None,
     rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    plan: DecodePlan | None = None,
 ) -> torch.Tensor:
     """Store each request's new k/v in its slot and attend over its blocks.
 
-    Small batches split each request's cached tokens into `num_splits` slices that run
-    in parallel, then merge them (two kernels, flash-decoding); a batch that fills the
-    GPU on its own runs one program per (request, query head) (one kernel).
+    `plan` (default: `decode_plan`'s) picks the kernel, its tile and the slices: a small
+    batch splits each request's cached tokens into slices that run in parallel, then
+    merges them (two kernels, flash-decoding); a batch that fills the GPU on its own runs
+    one slice (one kernel).
     `rope` = (positions, RotaryEmbedding.cos_sin_cache of a neox-style rotary): q and k
     arrive unrotated and the kernel rotates them (compile-time fusion).
     """
@@ -409,13 +470,14 @@ def triton_paged_decode(
     # it is the longest a request may ever be (so the captured choice holds for every
     # replay), eagerly the longest request of this batch.
     max_context = block_tables.shape[1] * block_size
-    splits = (
-        num_splits
-        if num_splits is not None
-        else decode_num_splits(num_reqs, num_kv_heads, max_context)
-    )
-    if splits < 1 or splits & (splits - 1):
-        raise ValueError(f"num_splits must be a power of two, got {splits}")
+    if plan is None:
+        plan = decode_plan(num_reqs, num_kv_heads, head_dim, max_context)
+    grouped, tile, splits = plan
+    if splits < 1 or splits & (splits - 1) or (splits > 1 and not grouped):
+        raise ValueError(
+            f"a decode plan's slices must be a power of two, and 1 for the per-head one pass; "
+            f"got {plan}"
+        )
     positions, cos_sin = rope if rope is not None else (slot_mapping, q)  # unused without rope
     pdl = pdl_supported(q.device)
     options = {"launch_pdl": True} if pdl else {}
@@ -429,20 +491,27 @@ def triton_paged_decode(
     # Launch arguments in rows, as the kernels' signatures list them, constexprs last (the
     # formatter would give each of the thirty its own line).
     # fmt: off
-    if splits > 1:
-        part_acc = torch.empty((num_reqs, num_heads, splits, head_dim), dtype=torch.float32,
-                               device=q.device)
-        part_max = torch.empty((num_reqs, num_heads, splits), dtype=torch.float32, device=q.device)
-        part_sum = torch.empty_like(part_max)
+    if grouped:
+        if splits > 1:
+            part_acc = torch.empty((num_reqs, num_heads, splits, head_dim), dtype=torch.float32,
+                                   device=q.device)
+            part_max = torch.empty((num_reqs, num_heads, splits), dtype=torch.float32,
+                                   device=q.device)
+            part_sum = torch.empty_like(part_max)
+        else:  # one slice writes the output itself: no partial results
+            part_acc = part_max = part_sum = out
         launch(
             _paged_decode_split_kernel, (num_reqs, num_kv_heads, splits),
             q, k, v, kv_cache[0], kv_cache[1], block_tables, seq_lens, slot_mapping, scratch,
-            part_acc, part_max, part_sum, q.stride(0), q.stride(1), k.stride(0), v.stride(0),
-            block_tables.stride(0), scale, positions, cos_sin,
-            num_kv_heads, group, next_power_of_2(group), head_dim, block_size,
-            SPLIT_TILE[0], splits, rope is not None, pdl,  # ... BLOCK_N, NUM_SPLITS, ROPE, PDL
-            num_warps=SPLIT_TILE[1], **options,
+            part_acc, part_max, part_sum, out, q.stride(0), q.stride(1), k.stride(0), v.stride(0),
+            out.stride(0), out.stride(1), block_tables.stride(0), scale, positions, cos_sin,
+            num_kv_heads, group, max(16, next_power_of_2(group)), head_dim, block_size,
+            tile[0], splits, rope is not None, pdl,  # ... BLOCK_N, NUM_SPLITS, ROPE, PDL
+            "ieee" if q.dtype == torch.float32 else "tf32",  # DOT_PRECISION
+            num_warps=tile[1], **options,
         )
+        if splits == 1:
+            return out
         launch(
             _merge_splits_kernel, (num_reqs, num_heads),
             part_acc, part_max, part_sum, out, out.stride(0), out.stride(1),
@@ -455,8 +524,8 @@ def triton_paged_decode(
         q.stride(0), q.stride(1), k.stride(0), v.stride(0), out.stride(0), out.stride(1),
         block_tables.stride(0), scale, positions, cos_sin,
         # NUM_KV_HEADS, GROUP, HEAD_DIM, BLOCK_SIZE, BLOCK_N, ROPE, PDL
-        num_kv_heads, group, head_dim, block_size, SINGLE_PASS_TILE[0], rope is not None, pdl,
-        num_warps=SINGLE_PASS_TILE[1], **options,
+        num_kv_heads, group, head_dim, block_size, tile[0], rope is not None, pdl,
+        num_warps=tile[1], **options,
     )
     # fmt: on
     return out

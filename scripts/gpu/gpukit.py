@@ -167,6 +167,10 @@ def decode_attention_inputs(
     q = torch.randn(reqs, heads, dim, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(reqs, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
+    # Timers such as triton.testing.do_bench_cudagraph run on a stream of their own, which
+    # does not wait for this one: without the wait they could read a block table that is
+    # not yet written (memory freed by an earlier case, holding anything).
+    torch.cuda.synchronize()
     return caches, tables, lens, slots, q, k, v, torch.empty_like(q)
 
 

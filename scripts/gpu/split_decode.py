@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
-"""Paged decode attention: one pass against flash-decoding
-slices and their merge, by context length.
+"""Paged decode attention: one slice against flash-decoding's slices and merge, by context.
 
     python3 scripts/gpu/split_decode.py [--out DIR]
 
 Microseconds a call (replayed in a CUDA graph where Triton can) for SmolLM2's heads (9
-query, 3 KV) and Llama-3.2-1B's (32, 8), at batch 1 and 4: one program per (request,
-head), and the slices the split heuristic would take plus the merge, and where the
+query, 3 KV) and Llama-3.2-1B's (32, 8), at batch 1 and 4: the grouped kernel in one
+slice, and with the slices `decode_num_splits` would take plus the merge, and where the
 slices start to win: the evidence for SINGLE_PASS_MAX_CONTEXT in
 mini_vllm/attention/triton_decode.py.
 """
@@ -17,6 +16,12 @@ import functools
 import sys
 
 from gpukit import decode_attention_inputs, run_script
+
+
+def plan_of(splits: int):
+    from mini_vllm.attention.triton_decode import GROUPED_TILE, DecodePlan
+
+    return DecodePlan(True, GROUPED_TILE, splits)
 
 
 def measure(args, report) -> None:
@@ -32,12 +37,12 @@ def measure(args, report) -> None:
                 (cache,), tables, lens, slots, q, k, v, out = decode_attention_inputs(
                     reqs, heads, kv_heads, 64, ctx
                 )
-                split = decode_num_splits(reqs, kv_heads)  # the slices without the context rule
+                split = decode_num_splits(reqs, kv_heads, 64)  # the slices without the context rule
                 attend = functools.partial(
                     triton_paged_decode, q, k, v, cache, tables, lens, slots, None, out
                 )
                 times = {
-                    s: bench(functools.partial(attend, num_splits=s)) * 1000
+                    s: bench(functools.partial(attend, plan=plan_of(s))) * 1000
                     for s in sorted({1, split})
                 }
                 if crossover is None and split > 1 and times[split] < times[1]:
