@@ -223,7 +223,7 @@ if triton is not None:
 
     # ANCHOR: split_decode_kernels
     @triton.jit
-    def _paged_decode_split_kernel(
+    def _paged_decode_grouped_kernel(
         q_ptr, k_ptr, v_ptr, key_cache_ptr, value_cache_ptr, tables_ptr, seq_lens_ptr, slot_ptr,
         scratch_slot, part_acc_ptr, part_max_ptr, part_sum_ptr, out_ptr, stride_q_tok,
         stride_q_head, stride_k, stride_v, stride_o_tok, stride_o_head, stride_table, scale,
@@ -501,7 +501,7 @@ def triton_paged_decode(
         else:  # one slice writes the output itself: no partial results
             part_acc = part_max = part_sum = out
         launch(
-            _paged_decode_split_kernel, (num_reqs, num_kv_heads, splits),
+            _paged_decode_grouped_kernel, (num_reqs, num_kv_heads, splits),
             q, k, v, kv_cache[0], kv_cache[1], block_tables, seq_lens, slot_mapping, scratch,
             part_acc, part_max, part_sum, out, q.stride(0), q.stride(1), k.stride(0), v.stride(0),
             out.stride(0), out.stride(1), block_tables.stride(0), scale, positions, cos_sin,
@@ -510,13 +510,12 @@ def triton_paged_decode(
             "ieee" if q.dtype == torch.float32 else "tf32",  # DOT_PRECISION
             num_warps=tile[1], **options,
         )
-        if splits == 1:
-            return out
-        launch(
-            _merge_splits_kernel, (num_reqs, num_heads),
-            part_acc, part_max, part_sum, out, out.stride(0), out.stride(1),
-            num_heads, head_dim, splits, pdl, num_warps=1, **options,
-        )
+        if splits > 1:
+            launch(
+                _merge_splits_kernel, (num_reqs, num_heads),
+                part_acc, part_max, part_sum, out, out.stride(0), out.stride(1),
+                num_heads, head_dim, splits, pdl, num_warps=1, **options,
+            )
         return out
     launch(
         _paged_decode_kernel, (num_reqs, num_heads),

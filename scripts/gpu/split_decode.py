@@ -18,16 +18,15 @@ import sys
 from gpukit import decode_attention_inputs, run_script
 
 
-def plan_of(splits: int):
-    from mini_vllm.attention.triton_decode import GROUPED_TILE, DecodePlan
-
-    return DecodePlan(True, GROUPED_TILE, splits)
-
-
 def measure(args, report) -> None:
     import triton.testing
 
-    from mini_vllm.attention.triton_decode import decode_num_splits, triton_paged_decode
+    from mini_vllm.attention.triton_decode import (
+        GROUPED_TILE,
+        DecodePlan,
+        decode_num_splits,
+        triton_paged_decode,
+    )
 
     bench = getattr(triton.testing, "do_bench_cudagraph", None) or triton.testing.do_bench
     for heads, kv_heads in [(9, 3), (32, 8)]:
@@ -42,7 +41,8 @@ def measure(args, report) -> None:
                     triton_paged_decode, q, k, v, cache, tables, lens, slots, None, out
                 )
                 times = {
-                    s: bench(functools.partial(attend, plan=plan_of(s))) * 1000
+                    s: bench(functools.partial(attend, plan=DecodePlan(True, GROUPED_TILE, s)))
+                    * 1000
                     for s in sorted({1, split})
                 }
                 if crossover is None and split > 1 and times[split] < times[1]:
