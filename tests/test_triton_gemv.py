@@ -175,3 +175,39 @@ def test_tile_time_is_per_call_and_ordered_by_quantile():
     x = torch.randn(4096, device="cuda")
     median, low, high = gemv.tile_time_ms(lambda: x.mul_(1.0), (0.5, 0.2, 0.8))
     assert 0 < low <= median <= high < 1.0  # ms for one small elementwise kernel
+
+
+@pytest.mark.parametrize("tile", [(16, 128, 4, 3), (32, 1024, 8, 1)])  # K in steps, a whole row
+def test_a_given_skinny_tile_computes_each_prologue_as_the_unfused_ops(tile):
+    """`skinny_gemm_with_tile`, what the tile sweep runs, bypasses the autotuner but not
+    the kernel's contract: plain, RMSNorm after a residual add (the new residual written
+    too), and SiLU-and-multiply all equal the ops they fold, for a tile whose BLOCK_K
+    walks K in steps and one that holds the whole row."""
+    from mini_vllm.layers import triton_gemv as gemv
+    from mini_vllm.layers.activation import silu_and_mul_native
+    from mini_vllm.layers.layernorm import rms_norm_native
+
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    rows, n, k = 8, 960, 576
+    w = (torch.randn(n, k, device="cuda", generator=gen) / k**0.5).bfloat16()
+    x = torch.randn(rows, k, device="cuda", generator=gen).bfloat16()
+    residual = torch.randn(rows, k, device="cuda", generator=gen).bfloat16()
+    norm_weight = (torch.rand(k, device="cuda", generator=gen) + 0.5).bfloat16()
+    gate_up = torch.randn(rows, 2 * k, device="cuda", generator=gen).bfloat16()
+    out = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
+    residual_out = torch.empty_like(x)
+
+    gemv.skinny_gemm_with_tile(x, w, out, gemv.PLAIN, tile)
+    torch.testing.assert_close(out.float(), x.float() @ w.float().t(), rtol=2**-7, atol=1e-3)
+
+    gemv.skinny_gemm_with_tile(
+        x, w, out, gemv.ADD_RMS_NORM, tile, residual, norm_weight, residual_out, 1e-5
+    )
+    summed = x + residual
+    torch.testing.assert_close(residual_out, summed, rtol=0, atol=0)
+    normed = rms_norm_native(summed, norm_weight, 1e-5)
+    torch.testing.assert_close(out.float(), F.linear(normed, w).float(), rtol=2e-2, atol=2e-2)
+
+    gemv.skinny_gemm_with_tile(gate_up, w, out, gemv.SILU_AND_MUL, tile)
+    expected = F.linear(silu_and_mul_native(gate_up), w)
+    torch.testing.assert_close(out.float(), expected.float(), rtol=2e-2, atol=2e-2)

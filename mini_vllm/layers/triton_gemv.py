@@ -72,6 +72,7 @@ __all__ = [
     "linear_cuda",
     "skinny_is_faster",
     "pdl_supported",
+    "skinny_gemm_with_tile",
     "triton_gemv",
     "triton_gemv_available",
     "triton_rms_norm_gemv",
@@ -649,6 +650,34 @@ def autotuned_tile(x: torch.Tensor, weight: torch.Tensor) -> dict[str, int]:
     block_m = None if x.shape[0] == 1 else _row_bucket(x.shape[0])
     config = _tiles[(*weight.shape, block_m, PLAIN, pdl_supported(x.device), x.device)]
     return {**config.kwargs, "num_warps": config.num_warps}
+
+
+def skinny_gemm_with_tile(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    out: torch.Tensor,
+    prologue: int,
+    tile: tuple[int, int, int, int],
+    residual: torch.Tensor | None = None,
+    norm_weight: torch.Tensor | None = None,
+    residual_out: torch.Tensor | None = None,
+    eps: float = 0.0,
+) -> None:
+    """The skinny kernel for 2 to 64 rows of `x` into `out`, with `prologue` and the tile
+    `(BLOCK_N, BLOCK_K, warps, stages)` given instead of the autotuner's pick: what
+    scripts/gpu/skinny_tiles.py sweeps. The arguments are those of `_launch`."""
+    block_n, block_k, warps, stages = tile
+    pdl = pdl_supported(x.device)
+    m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
+    _skinny_gemm_kernel.fn[(triton.cdiv(n, block_n),)](
+        x, weight, out, m, n, k, x.stride(0), weight.stride(0),
+        residual if residual is not None else x,
+        norm_weight if norm_weight is not None else x,
+        residual_out if residual_out is not None else out,
+        eps, PROLOGUE=prologue, PDL=pdl, BLOCK_M=_row_bucket(m), BLOCK_N=block_n,
+        BLOCK_K=block_k, num_warps=warps, num_stages=stages,
+        **({"launch_pdl": True} if pdl else {}),
+    )  # fmt: skip
 
 
 def triton_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
