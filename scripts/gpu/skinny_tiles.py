@@ -11,7 +11,7 @@ engine) of `_skinny_gemm_kernel` with each tile (BLOCK_N, BLOCK_K, warps, stages
 against what the engine runs without the fusion (the norm or activation kernel, then
 cuBLAS) and against the tile the autotuner picks. A BLOCK_K of at least K makes the
 prologue run once a program instead of once per step of K. Each product and row count
-compiles and times 40-60 tiles, a minute or more (the down product, K = 1536, longest);
+compiles and times 60 tiles, a minute or more (the down product, K = 1536, longest);
 the tile being timed is shown as it goes.
 """
 
