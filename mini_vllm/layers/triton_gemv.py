@@ -666,9 +666,14 @@ def skinny_gemm_with_tile(
     """The skinny kernel for 2 to 64 rows of `x` into `out`, with `prologue` and the tile
     `(BLOCK_N, BLOCK_K, warps, stages)` given instead of the autotuner's pick: what
     scripts/gpu/skinny_tiles.py sweeps. The arguments are those of `_launch`."""
+    m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
+    if not 2 <= m <= MAX_ROWS:
+        raise ValueError(
+            f"the skinny kernel takes 2 to {MAX_ROWS} rows; got {m} (one row is the GEMV's: "
+            f"triton_gemv)"
+        )
     block_n, block_k, warps, stages = tile
     pdl = pdl_supported(x.device)
-    m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
     _skinny_gemm_kernel.fn[(triton.cdiv(n, block_n),)](
         x, weight, out, m, n, k, x.stride(0), weight.stride(0),
         residual if residual is not None else x,
