@@ -472,11 +472,10 @@ def _row_bucket(rows: int) -> int:
     return max(16, 1 << (rows - 1).bit_length())
 
 
-def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=None, eps=0.0):
-    m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
-    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    pdl = pdl_supported(x.device)
-    tensors = (
+def _pointer_arguments(x, weight, out, residual, norm_weight, residual_out) -> tuple:
+    """The kernels' six pointer arguments; a prologue's tensor that is not passed points
+    at x or out (never read or written without its prologue)."""
+    return (
         x,
         weight,
         out,
@@ -484,6 +483,13 @@ def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=N
         norm_weight if norm_weight is not None else x,
         residual_out if residual_out is not None else out,
     )
+
+
+def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=None, eps=0.0):
+    m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    pdl = pdl_supported(x.device)
+    tensors = _pointer_arguments(x, weight, out, residual, norm_weight, residual_out)
     if m == 1:
         kernel, ints, block_m = _gemv_kernel, (n, k, weight.stride(0)), None
     else:
@@ -674,14 +680,11 @@ def skinny_gemm_with_tile(
         )
     block_n, block_k, warps, stages = tile
     pdl = pdl_supported(x.device)
+    tensors = _pointer_arguments(x, weight, out, residual, norm_weight, residual_out)
     _skinny_gemm_kernel.fn[(triton.cdiv(n, block_n),)](
-        x, weight, out, m, n, k, x.stride(0), weight.stride(0),
-        residual if residual is not None else x,
-        norm_weight if norm_weight is not None else x,
-        residual_out if residual_out is not None else out,
-        eps, PROLOGUE=prologue, PDL=pdl, BLOCK_M=_row_bucket(m), BLOCK_N=block_n,
-        BLOCK_K=block_k, num_warps=warps, num_stages=stages,
-        **({"launch_pdl": True} if pdl else {}),
+        *tensors[:3], m, n, k, x.stride(0), weight.stride(0), *tensors[3:], eps,
+        PROLOGUE=prologue, PDL=pdl, BLOCK_M=_row_bucket(m), BLOCK_N=block_n, BLOCK_K=block_k,
+        num_warps=warps, num_stages=stages, **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
 
 

@@ -93,6 +93,15 @@ def versions_to_compare(old: Path | None, script: str) -> dict[str, Path]:
     return {"new": ROOT, "old": old}
 
 
+def product_time_us(fn: Callable[[], object]) -> float:
+    """Median time in µs of one call of `fn` inside a CUDA graph of 20 calls (10 replays,
+    3 warm-up calls): the engine's timer (mini_vllm/layers/triton_gemv.py
+    `graph_time_us`), with more of everything than the engine's quick choice uses."""
+    from mini_vllm.layers.triton_gemv import graph_time_us
+
+    return graph_time_us(fn, calls=20, replays=10, warmups=3)
+
+
 def host_us(fn: Callable[[], object], calls: int = 200, warmups: int = 1) -> float:
     """Median host time of one call of `fn`, in µs: `warmups` untimed calls and a sync,
     then `calls` calls timed back to back with no sync inside the loop, so the GPU work

@@ -15,22 +15,13 @@ from __future__ import annotations
 
 import sys
 
-from gpukit import run_script
+from gpukit import product_time_us, run_script
 
 SHAPES = {
     "smollm2-135m": [(960, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576)],
     "llama-3.2-1b": [(3072, 2048), (2048, 2048), (16384, 2048), (2048, 8192), (128256, 2048)],
     "llama-3.1-8b": [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096)],
 }
-CALLS_PER_GRAPH = 20
-
-
-def graph_time_us(fn) -> float:
-    """Median time in µs of one call of `fn` inside a CUDA graph: the engine's timer, with
-    more calls a graph, more warm-up and more replays than its quick choice uses."""
-    from mini_vllm.layers.triton_gemv import graph_time_us as time_in_graph
-
-    return time_in_graph(fn, calls=CALLS_PER_GRAPH, replays=10, warmups=3)
 
 
 def add_arguments(parser) -> None:
@@ -66,12 +57,12 @@ def measure(args, report) -> None:
             gigabytes = weight.numel() * weight.element_size() / 1e9
             for rows in rows_list:
                 x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
-                ours = graph_time_us(lambda x=x, w=weight: triton_gemv(x, w))
-                cublas = graph_time_us(lambda x=x, w=weight: F.linear(x, w))
-                unfused = graph_time_us(
+                ours = product_time_us(lambda x=x, w=weight: triton_gemv(x, w))
+                cublas = product_time_us(lambda x=x, w=weight: F.linear(x, w))
+                unfused = product_time_us(
                     lambda x=x, w=weight, g=norm_weight: F.linear(triton_rmsnorm(x, g, 1e-5), w)
                 )
-                fused = graph_time_us(
+                fused = product_time_us(
                     lambda x=x, w=weight, g=norm_weight: triton_rms_norm_gemv(x, None, g, 1e-5, w)
                 )
                 report(

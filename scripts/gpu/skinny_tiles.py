@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import sys
 
-from gpukit import run_script
+from gpukit import product_time_us, run_script
 
 # (name, N, K, prologue name) per layer, in the order a layer runs them.
 LAYERS = {
@@ -30,7 +30,6 @@ LAYERS = {
                      ("gate_up", 16384, 2048, "add_rms_norm"),
                      ("down", 2048, 8192, "silu_and_mul")],
 }  # fmt: skip
-CALLS_PER_GRAPH = 20
 
 
 def add_arguments(parser) -> None:
@@ -93,9 +92,6 @@ def sweep_product(n: int, k: int, prologue: str, rows: int):
     from mini_vllm.layers.fused_linear import fused_add_rms_norm_linear, silu_and_mul_linear
     from mini_vllm.layers.layernorm import fused_add_rms_norm_op
 
-    def graph_us(fn) -> float:
-        return gemv.graph_time_us(fn, calls=CALLS_PER_GRAPH, replays=10, warmups=3)
-
     eps = 1e-5
     weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
     norm_weight = torch.rand(k, device="cuda", dtype=torch.bfloat16) + 0.5
@@ -131,11 +127,9 @@ def sweep_product(n: int, k: int, prologue: str, rows: int):
 
     results = []
     candidates = list(tiles(k))
-    for number, (block_n, block_k, warps, stages) in enumerate(candidates, 1):
+    for number, tile in enumerate(candidates, 1):
         print(f"  {n} x {k}, {rows} rows: tile {number} of {len(candidates)}", end="\r",
               file=sys.stderr, flush=True)  # fmt: skip
-
-        tile = (block_n, block_k, warps, stages)
 
         def call(tile=tile):
             gemv.skinny_gemm_with_tile(
@@ -148,8 +142,8 @@ def sweep_product(n: int, k: int, prologue: str, rows: int):
             print(f"  {n} x {k} rows {rows} tile {tile}: {type(error).__name__}", flush=True)
             continue
         torch.testing.assert_close(out, expected, atol=0.05, rtol=0.05)
-        results.append((graph_us(call), tile))
-    return graph_us(unfused), graph_us(autotuned), sorted(results)
+        results.append((product_time_us(call), tile))
+    return product_time_us(unfused), product_time_us(autotuned), sorted(results)
 
 
 if __name__ == "__main__":
