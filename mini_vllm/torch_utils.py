@@ -8,7 +8,7 @@ step's metadata, and the products whose kernel is chosen by row count when they 
 `torch.library.custom_op` would register one, but every call then passes through its
 Python wrappers: an alias check of the outputs, a Dynamo-disabling frame, and for an op
 that writes into an argument a Python kernel for the in-place bookkeeping of autograd.
-Measured on an H100 host (`python -m mini_vllm bench factcheck`, part a) that made a
+Measured on an H100 host (`scripts/gpu/factcheck.py`, part a) that made a
 one-add op cost about three plain torch ops. Like vLLM, mini_vllm instead defines the op's
 schema in a library fragment, registers the function itself as the op's CPU and CUDA
 kernel and a fake (shape-only) version for tracing: a call is the dispatcher, then the

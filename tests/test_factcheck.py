@@ -1,4 +1,4 @@
-"""The fact-checking module (mini_vllm/bench/factcheck.py) and its GPU script, on the CPU.
+"""The fact-check's parts (scripts/gpu/factcheck_parts.py) and its GPU script, on the CPU.
 
 The arithmetic on the articles' numbers, the 8B shape's size (counted without allocating
 it), Dynamo's recompiles across input lengths, the markdown with its anchors, a worker in
@@ -19,7 +19,15 @@ import pytest
 import torch
 
 from mini_vllm.bench.decode_graphs import decode_floor_bytes
-from mini_vllm.bench.factcheck import (
+from mini_vllm.models.config import get_model_config
+from mini_vllm.models.llama import LlamaForCausalLM
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU_SCRIPTS = ROOT / "scripts" / "gpu"
+# The parts live beside their script, not in the package; the script finds them (and
+# gpukit, which they import) in its own folder, and so does this test.
+sys.path.insert(0, str(GPU_SCRIPTS))
+from factcheck_parts import (  # noqa: E402
     ARTICLE_8B_MS,
     Section,
     article_speedups,
@@ -30,10 +38,6 @@ from mini_vllm.bench.factcheck import (
     render_markdown,
     weight_read_bytes,
 )
-from mini_vllm.models.config import get_model_config
-from mini_vllm.models.llama import LlamaForCausalLM
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_8b_shape_has_llama_3_1_8b_s_parameters_without_allocating_them():
@@ -107,7 +111,8 @@ def test_padding_waste_of_a_ladder():
 def test_recompiles_across_lengths_on_the_cpu():
     # In a fresh process: counting resets Dynamo, which other tests' compiled engines use.
     code = (
-        "import json; from mini_vllm.bench.factcheck import recompile_examples;"
+        f"import json, sys; sys.path.insert(0, {str(GPU_SCRIPTS)!r});"
+        "from factcheck_parts import recompile_examples;"
         "print(json.dumps([[c.label, c.compiled_at, c.uncompiled, c.error]"
         " for c in recompile_examples(range(1, 11))]))"
     )
@@ -150,7 +155,7 @@ def test_growth_per_capture_size():
 
 
 def test_a_worker_reports_from_a_fresh_process():
-    from mini_vllm.bench.factcheck import _spawn_worker
+    from factcheck_parts import _spawn_worker
 
     lines = []
     spec = {"kind": "warmup_case", "case": "alloc", "device": "cpu"}

@@ -45,7 +45,14 @@ from mini_vllm.models.loader import load_model, load_model_config, resolve_devic
 from mini_vllm.teaching.launch_overhead import refit_preset, simulate_step
 from mini_vllm.utils import synchronize
 
-__all__ = ["GraphDecodeReport", "format_graph_markdown", "run_graph_decode_bench"]
+__all__ = [
+    "GraphDecodeReport",
+    "format_graph_markdown",
+    "hf_step_ms",
+    "measure_batch",
+    "new_tokens_per_request",
+    "run_graph_decode_bench",
+]
 
 
 @dataclass
@@ -118,7 +125,7 @@ def decode_floor_bytes(model: torch.nn.Module, batch: int, context_len: int) -> 
 # ANCHOR_END: floor_bytes
 
 
-def _hf_step_ms(
+def hf_step_ms(
     hf, batch: int, context_len: int, steps: int, vocab: int, device: torch.device
 ) -> float:
     gen = torch.Generator().manual_seed(1)
@@ -155,7 +162,7 @@ def _hf_compiled_step_ms(
         hf.generation_config.cache_implementation = "static"
         hf.forward = torch.compile(hf.forward, mode="reduce-overhead", fullgraph=True)
         start = time.perf_counter()
-        ms = _hf_step_ms(hf, 1, context_len, steps, vocab, device)
+        ms = hf_step_ms(hf, 1, context_len, steps, vocab, device)
         log(
             f"transformers static cache + compile: {ms:.2f} ms/step "
             f"(warm-up and compile {time.perf_counter() - start:.0f} s)"
@@ -166,16 +173,16 @@ def _hf_compiled_step_ms(
         return None
 
 
-def _new_tokens_per_request(steps: int, warmup: int) -> int:
+def new_tokens_per_request(steps: int, warmup: int) -> int:
     """Tokens a request must be allowed: warm-up, two timed passes, the profiled step, slack."""
     return 2 * steps + warmup + 16
 
 
-def _measure_batch(
+def measure_batch(
     engine, batch: int, context_len: int, steps: int, warmup: int, device
 ) -> ModeResult:
     runner = engine.runner
-    start_decoding(engine, batch, context_len, _new_tokens_per_request(steps, warmup))
+    start_decoding(engine, batch, context_len, new_tokens_per_request(steps, warmup))
     for _ in range(warmup):
         engine.step()
     # Whole steps first, then (on as many more steps) the forward alone: timing the
@@ -229,7 +236,7 @@ def _measure_mode(
 ) -> dict[int, ModeResult]:
     start = time.perf_counter()
     engine = decode_engine(
-        model, mode, batch_sizes, context_len, _new_tokens_per_request(steps, warmup), block_size
+        model, mode, batch_sizes, context_len, new_tokens_per_request(steps, warmup), block_size
     )
     report, compiled = engine.runner.capture_report, engine.runner.compile_report
     log(
@@ -239,7 +246,7 @@ def _measure_mode(
     )
     results = {}
     for batch in batch_sizes:
-        result = _measure_batch(engine, batch, context_len, steps, warmup, device)
+        result = measure_batch(engine, batch, context_len, steps, warmup, device)
         if report:
             result.capture_s = report.seconds
             result.graph_mib = (
@@ -274,7 +281,7 @@ def run_graph_decode_bench(
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     positions = load_model_config(model_name, progress=False).max_position_embeddings
-    needed = context_len + _new_tokens_per_request(steps, warmup) + ENGINE_LEN_SLACK
+    needed = context_len + new_tokens_per_request(steps, warmup) + ENGINE_LEN_SLACK
     if needed > positions:
         raise UserError(
             f"a context of {context_len} tokens, {steps} timed steps (run twice) and "
@@ -306,7 +313,7 @@ def run_graph_decode_bench(
     def time_hf() -> None:
         for batch in batch_sizes:
             hf_runs[batch].append(
-                _hf_step_ms(hf, batch, context_len, min(steps, 16), config.vocab_size, dev)
+                hf_step_ms(hf, batch, context_len, min(steps, 16), config.vocab_size, dev)
             )
 
     if hf is not None:

@@ -10,7 +10,7 @@ Named shapes (`get_model_config(name)`):
 - ``smollm2-135m``: the real SmolLM2-135M shape (COURSE_SPEC section 6).
 - ``llama-3.2-1b-like``: the Llama-3.2-1B shape, for GPU performance work.
 - ``llama-3.1-8b-like``: the Llama-3.1-8B shape (16 GB in bf16), for the GPU measurements
-  of mini_vllm/bench/factcheck.py.
+  of scripts/gpu/factcheck.py.
 """
 
 from __future__ import annotations

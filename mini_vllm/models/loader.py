@@ -13,7 +13,7 @@ Names:
   of that shape, drawn on the CPU from `seed` so every device gets the very same numbers,
   in blocks drawn on every core at once (`random_init`; vLLM's dummy loader,
   `initialize_dummy_weights` in model_loader/weight_utils.py, gives each parameter its own
-  generator too, but draws on the device; `mini_vllm.bench.factcheck` draws its 8B-shape
+  generator too, but draws on the device; scripts/gpu/factcheck.py draws its 8B-shape
   weights on the GPU as well);
 - a path to a Hugging Face model directory (config.json + safetensors).
 """

@@ -15,7 +15,7 @@ recorded across input lengths, with and without dynamic=True; f graph-pool memor
 capture size, largest or smallest first; g time to first token of a 512-token prompt; h
 capturing without a warm-up. The report (markdown, one anchor per table, and the raw
 numbers as JSON) is rewritten after every part. The measuring code is
-mini_vllm/bench/factcheck.py.
+scripts/gpu/factcheck_parts.py, beside this script.
 """
 
 from __future__ import annotations
@@ -69,8 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     import torch
-
-    from mini_vllm.bench.factcheck import FactcheckPlan, cpu_claims_report, run_factcheck
+    from factcheck_parts import FactcheckPlan, cpu_claims_report, run_factcheck
 
     if args.cpu_claims:
         out.mkdir(parents=True, exist_ok=True)

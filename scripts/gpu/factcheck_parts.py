@@ -1,4 +1,7 @@
-"""Checking the source articles' claims about launch overhead, CUDA graphs and torch.compile.
+"""The fact-check's parts: the source articles' claims about launch overhead, CUDA graphs
+and torch.compile, checked one part at a time.
+
+    python3 scripts/gpu/factcheck.py   # imports this file and runs its parts
 
 vLLM counterpart: none; this measures what vllm/benchmarks/latency.py would, plus the
 compiler's and the graph pool's behaviour, against numbers quoted in articles.
@@ -20,9 +23,10 @@ around its table, so that a book page can include each table; a part that fails 
 not fit the time budget records why, and the others still run. The report is rewritten
 after every part, so a run stopped half-way keeps what it measured.
 
-Parts that need a fresh process (a cold compile, a first capture) run this module as a
-worker: `python -m mini_vllm.bench.factcheck worker '<json>'`, which prints one line
-`FACTCHECK_RESULT <json>` at its end.
+Parts that need a fresh process (a cold compile, a first capture) run this file as a
+worker, by its path, from the repository root and with the root on PYTHONPATH (so that
+the worker imports the same mini_vllm): `python3 scripts/gpu/factcheck_parts.py worker
+'<json>'`, which prints one line `FACTCHECK_RESULT <json>` at its end.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from gpukit import ROOT  # before mini_vllm: it puts the checkout on sys.path
 
 from mini_vllm.models.config import LlamaConfig, get_model_config
 
@@ -75,7 +80,6 @@ __all__ = [
     "worker_main",
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
 H100_SXM_BANDWIDTH = 3.35e12  # bytes/s, NVIDIA's HBM3 figure for the H100 SXM
 RESULT_PREFIX = "FACTCHECK_RESULT "
 
@@ -735,13 +739,13 @@ def run_mode(
     ttft: bool = False,
 ) -> ModeRun:
     """Build one engine of `mode` and measure decode at each batch size (the benchmark's
-    own `_measure_batch`), then the FULL graph's replay time at batch 1 and the TTFT."""
-    from mini_vllm.bench.decode_graphs import _measure_batch, _new_tokens_per_request
+    own `measure_batch`), then the FULL graph's replay time at batch 1 and the TTFT."""
+    from mini_vllm.bench.decode_graphs import measure_batch, new_tokens_per_request
     from mini_vllm.bench.harness import decode_engine, start_decoding
 
     device = next(model.parameters()).device
     run = ModeRun(mode)
-    new_tokens = _new_tokens_per_request(plan.steps, plan.warmup)
+    new_tokens = new_tokens_per_request(plan.steps, plan.warmup)
     context = max(plan.context_len, plan.ttft_len if ttft else 0)
     t0 = time.perf_counter()
     engine = decode_engine(
@@ -760,7 +764,7 @@ def run_mode(
         + (f" ({run.compile_line})" if run.compile_line else "")
     )
     for batch in batch_sizes:
-        result = _measure_batch(engine, batch, plan.context_len, plan.steps, plan.warmup, device)
+        result = measure_batch(engine, batch, plan.context_len, plan.steps, plan.warmup, device)
         run.results[batch] = result
         log(
             f"  batch {batch:3d} {mode:>20}: step {result.step_ms:8.3f} ms, forward "
@@ -1161,7 +1165,7 @@ def _spawn_worker(
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env["PYTHONUNBUFFERED"] = "1"
     spec = dict(spec, launched_at=time.time())
-    command = [sys.executable, "-m", "mini_vllm.bench.factcheck", "worker", json.dumps(spec)]
+    command = [sys.executable, str(Path(__file__).resolve()), "worker", json.dumps(spec)]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -1406,7 +1410,7 @@ def _worker_warmup_case(spec: dict[str, Any]) -> dict[str, Any]:
     elif case.startswith("triton_gemv"):
         if device.type != "cuda":
             return dict(out, captured=None, note="CPU: no Triton")
-        from mini_vllm.layers.triton_gemv import triton_gemv
+        from mini_vllm.kernels.gemv import triton_gemv
 
         x = torch.randn(1, 2048, device=device, dtype=torch.bfloat16)
         w = torch.randn(8192, 2048, device=device, dtype=torch.bfloat16)
@@ -1459,7 +1463,7 @@ def _worker_hf_eager(spec: dict[str, Any]) -> dict[str, Any]:
     from transformers import LlamaConfig as HFLlamaConfig
     from transformers import LlamaForCausalLM as HFLlama
 
-    from mini_vllm.bench.decode_graphs import _hf_step_ms
+    from mini_vllm.bench.decode_graphs import hf_step_ms
 
     transformers.logging.set_verbosity_error()
     device = torch.device(spec["device"])
@@ -1479,7 +1483,7 @@ def _worker_hf_eager(spec: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"build_s": time.perf_counter() - t0, "ms": {}}
     out["dtype"] = str(next(hf.parameters()).dtype)
     for batch in spec["batch_sizes"]:
-        ms = _hf_step_ms(hf, batch, spec["context"], spec["steps"], config.vocab_size, device)
+        ms = hf_step_ms(hf, batch, spec["context"], spec["steps"], config.vocab_size, device)
         out["ms"][str(batch)] = ms
         print(f"transformers batch {batch}: {ms:.2f} ms/step", flush=True)
     out["version"] = transformers.__version__
@@ -1497,7 +1501,7 @@ WORKERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 
 def worker_main(argv: Sequence[str]) -> int:
     if len(argv) != 2 or argv[0] != "worker":
-        print("usage: python -m mini_vllm.bench.factcheck worker '<json spec>'", file=sys.stderr)
+        print("usage: python3 scripts/gpu/factcheck_parts.py worker '<json spec>'", file=sys.stderr)
         return 2
     spec = json.loads(argv[1])
     result = WORKERS[spec["kind"]](spec)
