@@ -1,4 +1,4 @@
-"""The saved compiled model (mini_vllm/compilation/aot_cache.py): a restart loads it instead
+"""The saved compiled model (mini_vllm/compilation/caching/aot_cache.py): a restart loads it instead
 of tracing, generates what eager generates, and anything wrong with the file, or with the
 code it was compiled from, means compiling again, never a wrong or failed start.
 
@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from mini_vllm import LLM, SamplingParams
-from mini_vllm.compilation import aot_cache
-from mini_vllm.compilation.fusion import op_name
+from mini_vllm.compilation.caching import aot_cache
+from mini_vllm.compilation.passes.fusion import op_name
 
 pytestmark = pytest.mark.skipif(
     not aot_cache.aot_compile_supported(),
@@ -36,7 +36,7 @@ def scratch_cache(tmp_path_factory):
 
 @pytest.fixture
 def aot_env(scratch_cache, monkeypatch):
-    from mini_vllm.compilation.compile_cache import inductor_cache_dir
+    from mini_vllm.compilation.caching.compile_cache import inductor_cache_dir
 
     # Inductor's cache stays the usual one (warm); only the record and the model move.
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", inductor_cache_dir())
@@ -94,7 +94,7 @@ def test_a_damaged_file_is_compiled_again_and_replaced(aot_env, caplog):
     first, tokens = start("cpu")
     path = saved_path(first)
     path.write_bytes(b"not a compiled model")
-    with caplog.at_level(logging.WARNING, logger="mini_vllm.compilation.aot_cache"):
+    with caplog.at_level(logging.WARNING, logger="mini_vllm.compilation.caching.aot_cache"):
         again, again_tokens = start("cpu")
     report = again.engine.runner.compile_report
     assert not report.loaded and report.dynamo_graphs == 1

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from mini_vllm import LLM, SamplingParams
-from mini_vllm.compilation import aot_cache
+from mini_vllm.compilation.caching import aot_cache
 from mini_vllm.config.compilation import CUDAGraphMode
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """The eager CUDA layers' one-kernel paths equal their torch versions (GPU-REQ).
 
-RoPE (mini_vllm/layers/rope_triton.py) rotates q and k in place in one kernel and
+RoPE (mini_vllm/kernels/rotary_embedding.py) rotates q and k in place in one kernel and
 SwiGLU's gate (mini_vllm/layers/activation.py) is one kernel, where the torch versions
 are five and two. Both round where torch rounds; a float32 sum may still be fused into
 one multiply-add by the compiler, which moves a bfloat16 result by one step (2^-8

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from mini_vllm.compilation.fusion import fuse_norm_and_act_into_linear, op_name
+from mini_vllm.compilation.passes.fusion import fuse_norm_and_act_into_linear, op_name
 from mini_vllm.layers.activation import silu_and_mul_native
 from mini_vllm.layers.layernorm import rms_norm_native
 
@@ -82,7 +82,8 @@ def test_without_fusion_the_model_traces_plain_torch_ops():
 
 
 def test_rotary_op_is_the_layers_rotation():
-    from mini_vllm.layers.rotary_embedding import RotaryEmbedding, rotary_embedding_op
+    from mini_vllm.kernels.fused_ops import rotary_embedding_op
+    from mini_vllm.layers.rotary_embedding import RotaryEmbedding
 
     rope = RotaryEmbedding(64, 256, 10000.0)
     positions = torch.tensor([0, 5, 77])
@@ -94,7 +95,7 @@ def test_rotary_op_is_the_layers_rotation():
 
 
 def _norm_then_linear_graph(second_reader: bool) -> torch.fx.GraphModule:
-    import mini_vllm.layers.fused_linear  # noqa: F401  (registers the ops)
+    import mini_vllm.kernels  # noqa: F401  (registers the ops)
 
     graph = torch.fx.Graph()
     x, residual, g, w = (graph.placeholder(n) for n in ("x", "residual", "g", "w"))
@@ -126,7 +127,7 @@ def test_pass_fuses_only_a_product_that_is_the_only_reader(second_reader):
 
 
 def test_fused_ops_compute_the_unfused_pair_on_cpu():
-    import mini_vllm.layers.fused_linear  # noqa: F401
+    import mini_vllm.kernels  # noqa: F401
 
     torch.manual_seed(0)
     ops = torch.ops.mini_vllm
@@ -158,7 +159,7 @@ SILU_SHAPES = [(576, 1536), (2048, 8192), (50, 333)]
 @pytest.mark.parametrize("out_features, in_features", NORM_SHAPES)
 @pytest.mark.parametrize("with_residual", [False, True])
 def test_rms_norm_gemv_matches_norm_then_product(out_features, in_features, with_residual, rows):
-    from mini_vllm.layers.triton_gemv import triton_rms_norm_gemv
+    from mini_vllm.kernels.gemv import triton_rms_norm_gemv
 
     gen = torch.Generator(device="cuda").manual_seed(in_features)
     x = (torch.randn(rows, in_features, device="cuda", generator=gen) * 3).bfloat16()
@@ -188,7 +189,7 @@ def test_rms_norm_gemv_matches_norm_then_product(out_features, in_features, with
 @pytest.mark.parametrize("rows", [1, 5, 64])
 @pytest.mark.parametrize("out_features, in_features", SILU_SHAPES)
 def test_silu_and_mul_gemv_matches_activation_then_product(out_features, in_features, rows):
-    from mini_vllm.layers.triton_gemv import triton_silu_and_mul_gemv
+    from mini_vllm.kernels.gemv import triton_silu_and_mul_gemv
 
     gen = torch.Generator(device="cuda").manual_seed(in_features)
     gate_up = (torch.randn(rows, 2 * in_features, device="cuda", generator=gen) * 2).bfloat16()
@@ -246,10 +247,10 @@ def test_silu_and_mul_op_on_cuda_matches_torch(rows):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("grouped, num_splits", [(False, 1), (True, 1), (True, 8)])
+@pytest.mark.parametrize("num_splits", [1, 8])
 @pytest.mark.parametrize("num_reqs", [1, 3])
-def test_decode_kernels_rotate_like_rotating_first(grouped, num_splits, num_reqs):
-    from mini_vllm.attention.triton_decode import DecodePlan, triton_paged_decode
+def test_decode_kernels_rotate_like_rotating_first(num_splits, num_reqs):
+    from mini_vllm.kernels.paged_attention import DecodePlan, triton_paged_decode
     from mini_vllm.layers.rotary_embedding import RotaryEmbedding
 
     torch.manual_seed(num_reqs * 10 + num_splits)
@@ -276,7 +277,7 @@ def test_decode_kernels_rotate_like_rotating_first(grouped, num_splits, num_reqs
         seq_lens,
         slots,
         None,
-        plan=DecodePlan(grouped, (32, 4) if grouped else (64, 1), num_splits),
+        plan=DecodePlan((32, 4), num_splits),
         rope=(positions, rope.cos_sin_cache),
     )
     q_rot, k_rot = rope(positions, q, k)
@@ -289,7 +290,7 @@ def test_decode_kernels_rotate_like_rotating_first(grouped, num_splits, num_reqs
         seq_lens,
         slots,
         None,
-        plan=DecodePlan(grouped, (32, 4) if grouped else (64, 1), num_splits),
+        plan=DecodePlan((32, 4), num_splits),
     )
     torch.testing.assert_close(
         cache_fused, kv_cache, rtol=2**-7, atol=2**-7

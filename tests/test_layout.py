@@ -150,3 +150,77 @@ def test_the_map_names_every_part_of_the_package():
     ):
         missing = [part for part in parts if not re.search(rf"(?<![\w/]){re.escape(part)}", text)]
         assert not missing, f"{where} does not name {missing}"
+
+
+# The performance layer: the kernels, reached only through the table of ops.
+KERNELS = "mini_vllm.kernels"
+TABLE = "mini_vllm._custom_ops"
+
+
+def _code_strings(path: Path) -> set[str]:
+    """The string constants of `path`, docstrings left out."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        if id(node) not in docstrings
+    }
+
+
+def test_nothing_outside_the_kernels_imports_them():
+    wrong = sorted(
+        f"{name} imports {sorted(d for d in deps if d.startswith(KERNELS))}"
+        for name, deps in GRAPH.items()
+        if not name.startswith(KERNELS) and any(d.startswith(KERNELS) for d in deps)
+    )
+    assert not wrong, (
+        "the kernels are reached only through mini_vllm/_custom_ops.py:\n" + "\n".join(wrong)
+    )
+
+
+def test_the_table_is_the_one_module_that_names_the_kernels():
+    naming = sorted(
+        name
+        for name, path in MODULES.items()
+        if not name.startswith(KERNELS) and KERNELS in _code_strings(path)
+    )
+    assert naming == [TABLE]
+
+
+def test_triton_is_imported_by_the_kernels_alone():
+    wrong = []
+    for name, path in MODULES.items():
+        if name.startswith(KERNELS) or name == "mini_vllm.compat":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            imported = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            wrong += [f"{name}: {m}" for m in imported if m.split(".")[0] == "triton"]
+    assert not wrong, f"Triton imported outside mini_vllm/kernels/: {wrong}"
+
+
+def test_the_reading_path_stays_out_of_the_performance_layer_but_for_the_table_and_compat():
+    """`LLM` reaches the table (its layers call it) and compat (the engine logs the fast
+    paths), never a kernel module; the compile backend reaches its passes and caches."""
+    reached, todo = set(), list(ENGINE_ROOTS)
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(GRAPH.get(name, ()))
+    assert not any(name.startswith(KERNELS) for name in reached)
+    assert {TABLE, "mini_vllm.compat"} <= reached

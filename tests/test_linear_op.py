@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-import mini_vllm.layers.triton_gemv  # noqa: F401  (registers the op)
+import mini_vllm.kernels  # noqa: F401  (registers the op)
 
 
 def test_linear_op_is_f_linear_where_there_is_no_gemv():

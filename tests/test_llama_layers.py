@@ -443,10 +443,10 @@ def test_cpu_weights_are_laid_out_for_matrix_vector_products(tiny):
 @pytest.mark.parametrize("rows", [1, 3])
 @pytest.mark.parametrize("parts", [2, 3])
 def test_split_k_linear_equals_one_product(rows, parts):
-    from mini_vllm.layers.linear import cpu_gemv_layout, split_k_linear, weight_slices
+    from mini_vllm.kernels.cpu import column_major, split_k_linear, weight_slices
 
     generator = torch.Generator().manual_seed(rows * 10 + parts)
-    weight = cpu_gemv_layout(torch.randn(40, 24, generator=generator))
+    weight = column_major(torch.randn(40, 24, generator=generator))
     x = torch.randn(rows, 24, generator=generator)
     slices = weight_slices(weight, parts)
     assert slices.data_ptr() == weight.data_ptr()  # a view: no second copy of the weight
@@ -454,30 +454,27 @@ def test_split_k_linear_equals_one_product(rows, parts):
 
 
 def test_cpu_linear_splits_only_small_batches_over_several_threads(monkeypatch):
-    from mini_vllm.layers import linear
+    from mini_vllm.kernels import cpu
+    from mini_vllm.layers.linear import ReplicatedLinear
 
     calls = []
-    real = linear.split_k_linear
-    monkeypatch.setattr(
-        linear, "split_k_linear", lambda x, s: calls.append(s.shape[0]) or real(x, s)
-    )
-    layer = linear.ReplicatedLinear(8, 16)  # on the CPU its weight is column-major
+    real = cpu.split_k_linear
+    monkeypatch.setattr(cpu, "split_k_linear", lambda x, s: calls.append(s.shape[0]) or real(x, s))
+    layer = ReplicatedLinear(8, 16)  # on the CPU, with the kernels on, its weight is column-major
     layer.weight.data.copy_(torch.randn(16, 8))
     weight = layer.weight.data
     previous = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
         layer(torch.randn(1, 8))  # decode: split over the 2 threads
-        layer(torch.randn(linear.SPLIT_K_MAX_ROWS + 1, 8))  # prefill: one product
+        layer(torch.randn(cpu.SPLIT_K_MAX_ROWS + 1, 8))  # prefill: one product
         x = torch.randn(1, 8)
         torch.testing.assert_close(layer(x), x @ weight.t())
-        assert [s.data_ptr() for s in layer._cpu_slices.values()] == [
-            weight.data_ptr()
-        ]  # a view, no copy
-        other = linear.cpu_gemv_layout(torch.randn(16, 8))
+        assert layer.weight._split_k_slices[1].data_ptr() == weight.data_ptr()  # a view, no copy
+        other = cpu.column_major(torch.randn(16, 8))
         layer.weight.data = other  # a loader swapped the weight's data: the kept view must follow
         torch.testing.assert_close(layer(x), x @ other.t())
-        assert [s.data_ptr() for s in layer._cpu_slices.values()] == [other.data_ptr()]
+        assert layer.weight._split_k_slices[1].data_ptr() == other.data_ptr()
         layer.weight.data = other.contiguous()  # row-major: one product
         layer(torch.randn(1, 8))
         layer.weight.data = other

@@ -159,7 +159,7 @@ def test_triton_decode_kernels_match_the_torch_path(dtype, tol, heads, kv_heads)
     Tolerance: float32 accumulations in a different order (online softmax) stay within
     1e-5; bf16 inputs and output round to 8 mantissa bits, so 2e-2.
     """
-    from mini_vllm.attention.triton_decode import triton_available
+    from mini_vllm.kernels.paged_attention import TritonPagedAttentionBackend, triton_available
 
     assert triton_available(), "Triton is needed on a CUDA machine"
     torch.manual_seed(0)
@@ -183,37 +183,35 @@ def test_triton_decode_kernels_match_the_torch_path(dtype, tol, heads, kv_heads)
     k = torch.randn(reqs, kv_heads, dim, device="cuda", dtype=dtype)
     v = torch.randn(reqs, kv_heads, dim, device="cuda", dtype=dtype)
     md = PagedAttentionMetadata(slots, tables, lens, [1] * reqs, lens.tolist(), uniform_decode=True)
-    fast = PagedAttentionBackend(use_triton=True).forward(q, k, v, caches[0], md)
+    fast = TritonPagedAttentionBackend().forward(q, k, v, caches[0], md)
     mixed = PagedAttentionMetadata(
         slots, tables, lens, [1] * reqs, lens.tolist(), uniform_decode=False
     )
     caches.append(caches[1].clone())
-    PagedAttentionBackend(use_triton=True).forward(
-        q, k, v, caches[2], mixed
-    )  # the write kernel alone
-    slow = PagedAttentionBackend(use_triton=False).forward(q, k, v, caches[1], md)
+    TritonPagedAttentionBackend().forward(q, k, v, caches[2], mixed)  # the write kernel alone
+    slow = PagedAttentionBackend().forward(q, k, v, caches[1], md)
     torch.testing.assert_close(caches[0], caches[1])  # the same slots written, scratch included
     torch.testing.assert_close(caches[2], caches[1])
     torch.testing.assert_close(fast[:-1].float(), slow[:-1].float(), rtol=tol, atol=tol)
     assert torch.isfinite(fast).all()
 
 
-# Both kernels, the grouped one with 1, 2 and 16 slices, and tiles of 16 to 64 tokens.
-DECODE_PLANS = [(False, (64, 1), 1), (True, (16, 1), 1), (True, (32, 4), 2), (True, (64, 4), 16)]
+# 1, 2 and 16 slices, and tiles of 16 to 64 tokens.
+DECODE_PLANS = [((16, 1), 1), ((64, 1), 1), ((32, 4), 2), ((64, 4), 16)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("plan", DECODE_PLANS, ids=lambda p: f"grouped{p[0]}-{p[1]}-{p[2]}")
+@pytest.mark.parametrize("plan", DECODE_PLANS, ids=lambda p: f"{p[0]}-{p[1]}")
 @pytest.mark.parametrize("heads, kv_heads", [(9, 3), (32, 8), (4, 4)])
 def test_decode_kernels_match_the_torch_path_for_every_plan(plan, heads, kv_heads):
-    """The per-head one pass, and the grouped kernel with any number of slices and their
-    merge, give the torch path's answer, empty slices included.
+    """The decode kernel with any number of slices and their merge gives the torch path's
+    answer, empty slices included.
 
     Contexts of 1 and 2 tokens leave most of 16 slices empty; 0 is a padded row.
-    Tolerance: bf16 inputs and output, float32 accumulation in another order, the grouped
-    kernel's probabilities rounded to bf16 for the tensor cores: 2e-2.
+    Tolerance: bf16 inputs and output, float32 accumulation in another order, the
+    probabilities rounded to bf16 for the tensor cores: 2e-2.
     """
-    from mini_vllm.attention.triton_decode import DecodePlan, triton_paged_decode
+    from mini_vllm.kernels.paged_attention import DecodePlan, triton_paged_decode
 
     plan = DecodePlan(*plan)
     torch.manual_seed(plan.splits)
@@ -240,21 +238,21 @@ def test_decode_kernels_match_the_torch_path_for_every_plan(plan, heads, kv_head
     v = torch.randn(reqs, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
     fast = triton_paged_decode(q, k, v, caches[0], tables, lens, slots, None, plan=plan)
     md = PagedAttentionMetadata(slots, tables, lens, [1] * reqs, lens.tolist(), uniform_decode=True)
-    slow = PagedAttentionBackend(use_triton=False).forward(q, k, v, caches[1], md)
+    slow = PagedAttentionBackend().forward(q, k, v, caches[1], md)
     torch.testing.assert_close(
         caches[0], caches[1]
     )  # the new keys and values stored once, in their slots
     torch.testing.assert_close(fast[:-1].float(), slow[:-1].float(), rtol=2e-2, atol=2e-2)
     assert torch.isfinite(fast).all()
-    for wrong in (plan._replace(splits=3), DecodePlan(False, (64, 1), 2)):
-        with pytest.raises(ValueError, match="power of two, and 1 for the per-head"):
+    for wrong in (plan._replace(splits=3), DecodePlan((64, 1), 0)):
+        with pytest.raises(ValueError, match="power of two"):
             triton_paged_decode(q, k, v, caches[0], tables, lens, slots, None, plan=wrong)
 
 
 def test_split_count_follows_batch_head_dim_and_longest_possible_context():
     """Slices only pay for a small batch over a long context (the kernels are GPU-REQ;
     the choice is plain arithmetic and is checked here)."""
-    from mini_vllm.attention.triton_decode import (
+    from mini_vllm.kernels.paged_attention import (
         GROUPED_TILE,
         MANY_SLICES_TILE,
         SINGLE_PASS_MAX_CONTEXT,
@@ -274,5 +272,5 @@ def test_split_count_follows_batch_head_dim_and_longest_possible_context():
     assert decode_num_splits(32, 8, 128, max_context=4096) == 2  # 8B heads: 512 programs
     assert decode_num_splits(64, 8, 128, max_context=4096) == 1  # 512 pairs fill the GPU
     assert decode_num_splits(1024, 8, 128, max_context=4096) == 1
-    assert decode_plan(32, 8, 128, 4096) == DecodePlan(True, GROUPED_TILE, 2)
-    assert decode_plan(1, 3, 64, 4096) == DecodePlan(True, MANY_SLICES_TILE, 16)
+    assert decode_plan(32, 8, 128, 4096) == DecodePlan(GROUPED_TILE, 2)
+    assert decode_plan(1, 3, 64, 4096) == DecodePlan(MANY_SLICES_TILE, 16)

@@ -7,7 +7,7 @@ import pytest
 
 from mini_vllm import envs
 from mini_vllm.errors import UserError
-from mini_vllm.layers import triton_gemv
+from mini_vllm.kernels import gemv as triton_gemv
 
 
 def test_quantiles_of_the_per_call_times_in_milliseconds(monkeypatch):

@@ -33,7 +33,7 @@ SHAPES = [
 @pytest.mark.parametrize("rows", [1, 8, 33])  # the GEMV, the 16- and 64-row buckets
 @pytest.mark.parametrize("out_features, in_features", SHAPES)
 def test_gemv_matches_a_float32_product(out_features, in_features, rows):
-    from mini_vllm.layers.triton_gemv import triton_gemv
+    from mini_vllm.kernels.gemv import triton_gemv
 
     gen = torch.Generator(device="cuda").manual_seed(out_features)
     x = torch.randn(rows, in_features, device="cuda", generator=gen).bfloat16()
@@ -83,7 +83,7 @@ def test_linear_op_under_torch_compile_picks_at_run_time():
 def test_second_launch_reuses_the_compiled_kernel_and_respects_alignment():
     """After the first (autotuned) launch the compiled kernel is launched directly; a
     misaligned view of the same shape gets a kernel of its own, and both stay exact."""
-    from mini_vllm.layers import triton_gemv as gemv
+    from mini_vllm.kernels import gemv
 
     gen = torch.Generator(device="cuda").manual_seed(5)
     w = (torch.randn(1000, 333, device="cuda", generator=gen) / 333**0.5).bfloat16()
@@ -105,7 +105,7 @@ def test_second_launch_reuses_the_compiled_kernel_and_respects_alignment():
 def test_skinny_kernels_are_kept_per_row_bucket_and_serve_strided_rows():
     """17 and 31 rows share one kept kernel (the same 32-row bucket, neither divisible by
     16); 32 rows get their own; rows that are a view with a longer stride are exact too."""
-    from mini_vllm.layers import triton_gemv as gemv
+    from mini_vllm.kernels import gemv
 
     gen = torch.Generator(device="cuda").manual_seed(7)
     w = (torch.randn(1000, 333, device="cuda", generator=gen) / 333**0.5).bfloat16()
@@ -122,7 +122,7 @@ def test_skinny_kernels_are_kept_per_row_bucket_and_serve_strided_rows():
 
 
 def test_the_skinny_choice_is_measured_once_and_never_inside_a_capture():
-    from mini_vllm.layers import triton_gemv as gemv
+    from mini_vllm.kernels import gemv
 
     w = torch.randn(960, 576, device="cuda").bfloat16()
     x = torch.randn(8, 576, device="cuda").bfloat16()
@@ -148,7 +148,7 @@ def test_the_skinny_choice_is_measured_once_and_never_inside_a_capture():
 def test_the_autotuner_times_each_tile_in_a_graph_without_collecting_garbage(monkeypatch, tmp_path):
     import gc
 
-    from mini_vllm.layers import triton_gemv as gemv
+    from mini_vllm.kernels import gemv
 
     timed = []
     real = gemv.tile_time_ms
@@ -166,11 +166,22 @@ def test_the_autotuner_times_each_tile_in_a_graph_without_collecting_garbage(mon
     torch.testing.assert_close(out.float(), F.linear(x.float(), w.float()), rtol=2**-7, atol=1e-3)
     # Every tile that compiles is timed once, with Triton's three quantiles.
     assert len(timed) >= 8 and all(q == (0.5, 0.2, 0.8) for q in timed)
-    assert (200, 96, gemv.PLAIN) in gemv.gemv_tile_picks()
+
+    import sys
+    from pathlib import Path
+
+    # The picks by (N, K, prologue) come from the GPU scripts' kit, which lives beside the
+    # scripts (scripts/gpu/gpukit.py), not in the package.
+    kit = str(Path(__file__).resolve().parent.parent / "scripts" / "gpu")
+    if kit not in sys.path:
+        sys.path.insert(0, kit)
+    import gpukit
+
+    assert (200, 96, gemv.PLAIN) in gpukit.gemv_tile_picks()
 
 
 def test_tile_time_is_per_call_and_ordered_by_quantile():
-    from mini_vllm.layers import triton_gemv as gemv
+    from mini_vllm.kernels import gemv
 
     x = torch.randn(4096, device="cuda")
     median, low, high = gemv.tile_time_ms(lambda: x.mul_(1.0), (0.5, 0.2, 0.8))
@@ -183,9 +194,19 @@ def test_a_given_skinny_tile_computes_each_prologue_as_the_unfused_ops(tile):
     the kernel's contract: plain, RMSNorm after a residual add (the new residual written
     too), and SiLU-and-multiply all equal the ops they fold, for a tile whose BLOCK_K
     walks K in steps and one that holds the whole row."""
-    from mini_vllm.layers import triton_gemv as gemv
+    import sys
+    from pathlib import Path
+
+    from mini_vllm.kernels import gemv
     from mini_vllm.layers.activation import silu_and_mul_native
     from mini_vllm.layers.layernorm import rms_norm_native
+
+    # The sweep's launcher lives in the GPU scripts' kit (scripts/gpu/gpukit.py), beside the
+    # scripts, not in the package.
+    kit = str(Path(__file__).resolve().parent.parent / "scripts" / "gpu")
+    if kit not in sys.path:
+        sys.path.insert(0, kit)
+    import gpukit
 
     gen = torch.Generator(device="cuda").manual_seed(11)
     rows, n, k = 8, 960, 576
@@ -197,10 +218,10 @@ def test_a_given_skinny_tile_computes_each_prologue_as_the_unfused_ops(tile):
     out = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
     residual_out = torch.empty_like(x)
 
-    gemv.skinny_gemm_with_tile(x, w, out, gemv.PLAIN, tile)
+    gpukit.skinny_gemm_with_tile(x, w, out, gemv.PLAIN, tile)
     torch.testing.assert_close(out.float(), x.float() @ w.float().t(), rtol=2**-7, atol=1e-3)
 
-    gemv.skinny_gemm_with_tile(
+    gpukit.skinny_gemm_with_tile(
         x, w, out, gemv.ADD_RMS_NORM, tile, residual, norm_weight, residual_out, 1e-5
     )
     summed = x + residual
@@ -208,6 +229,6 @@ def test_a_given_skinny_tile_computes_each_prologue_as_the_unfused_ops(tile):
     normed = rms_norm_native(summed, norm_weight, 1e-5)
     torch.testing.assert_close(out.float(), F.linear(normed, w).float(), rtol=2e-2, atol=2e-2)
 
-    gemv.skinny_gemm_with_tile(gate_up, w, out, gemv.SILU_AND_MUL, tile)
+    gpukit.skinny_gemm_with_tile(gate_up, w, out, gemv.SILU_AND_MUL, tile)
     expected = F.linear(silu_and_mul_native(gate_up), w)
     torch.testing.assert_close(out.float(), expected.float(), rtol=2e-2, atol=2e-2)

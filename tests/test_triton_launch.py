@@ -1,4 +1,4 @@
-"""Triton kernels launched past Triton's front end (mini_vllm/layers/triton_launch.py).
+"""Triton kernels launched past Triton's front end (mini_vllm/kernels/launch.py).
 
 The short path must never reach a kernel compiled for other arguments: the
 specialisation it keys on is checked here on any machine, and on a GPU (GPU-REQ) a
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mini_vllm.layers.triton_launch import specialisation
+from mini_vllm.kernels.launch import specialisation
 
 
 def test_the_specialisation_tells_apart_what_triton_compiles_for():
@@ -43,8 +43,8 @@ def _torch_rmsnorm(x, weight, eps):
 
 @pytest.mark.gpu
 def test_a_short_launch_equals_tritons_own_on_aligned_and_misaligned_rows():
-    from mini_vllm.layers import triton_launch
-    from mini_vllm.layers.rmsnorm_triton import triton_rmsnorm
+    from mini_vllm.kernels import launch as triton_launch
+    from mini_vllm.kernels.rms_norm import triton_rmsnorm
 
     torch.manual_seed(0)
     weight = torch.randn(576, device="cuda")
@@ -60,7 +60,7 @@ def test_a_short_launch_equals_tritons_own_on_aligned_and_misaligned_rows():
 
 @pytest.mark.gpu
 def test_a_short_launch_runs_on_the_current_stream_and_inside_a_cuda_graph():
-    from mini_vllm.layers.rmsnorm_triton import triton_rmsnorm
+    from mini_vllm.kernels.rms_norm import triton_rmsnorm
 
     weight = torch.randn(576, device="cuda")
     x = torch.randn(3, 576, device="cuda")
@@ -83,7 +83,7 @@ def test_a_short_launch_runs_on_the_current_stream_and_inside_a_cuda_graph():
 def test_a_host_tensor_never_reaches_a_kernel_as_an_address():
     # The short path passes addresses; a CPU tensor must not become one. Its key differs
     # (the tensor is not on the GPU), so it takes Triton's path, which refuses it.
-    from mini_vllm.layers.rmsnorm_triton import triton_rmsnorm
+    from mini_vllm.kernels.rms_norm import triton_rmsnorm
 
     weight = torch.randn(576, device="cuda")
     x = torch.randn(3, 576, device="cuda")

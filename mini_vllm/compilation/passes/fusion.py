@@ -30,9 +30,12 @@ The decode kernels then rotate q and the new key as they load them (vLLM's
 kernel next to it in the same spirit: the per-head q/k norm of models that have one).
 Attention stays the splitting op, so the piece boundaries do not move.
 
-The ops exist in the graph only when the model was traced with custom ops on
-(`use_custom_ops`, mini_vllm/layers/custom_op.py), which the compile wrapper does for a
-backend that runs these passes. Together: four kernels fewer per Llama layer at batch 1.
+The ops exist in the graph only when the model was traced emitting them
+(`emit_custom_ops`, mini_vllm/layers/custom_op.py), which the compile wrapper does for a
+backend that runs these passes, and only for the layers whose kernels are on (the
+`custom_ops` switch, mini_vllm/_custom_ops.py); the ops and the fused ops are registered
+with the kernels (mini_vllm/kernels/fused_ops.py). Together: four kernels fewer per Llama
+layer at batch 1.
 """
 
 from __future__ import annotations
@@ -43,9 +46,8 @@ from collections.abc import Callable
 import torch
 import torch.fx
 
-import mini_vllm.compilation.attention_op
-import mini_vllm.layers.fused_linear
-import mini_vllm.layers.rotary_embedding  # noqa: F401
+from mini_vllm import _custom_ops as ops
+from mini_vllm import compat
 
 __all__ = [
     "FUSIONS",
@@ -67,11 +69,7 @@ def op_name(node: torch.fx.Node) -> str | None:
     """'namespace::op' of a call to a torch.ops operator (overload or packet), else None."""
     if node.op != "call_function":
         return None
-    target = node.target
-    name = getattr(target, "_qualified_op_name", None)  # OpOverloadPacket
-    if name is None and isinstance(target, torch._ops.OpOverload):
-        name = target._schema.name
-    return name
+    return compat.qualified_op_name(node.target)
 
 
 def _outputs(node: torch.fx.Node, count: int) -> list[torch.fx.Node | None] | None:
@@ -185,4 +183,10 @@ def fuse_rope_into_attention(gm: torch.fx.GraphModule) -> int:
 
 def run_fusion_passes(gm: torch.fx.GraphModule) -> int:
     """Both passes; the number of op pairs replaced by one op."""
+    ops.require_kernels("the fusion passes")  # the fused ops are theirs
+    if not compat.op_names_resolve():
+        raise RuntimeError(
+            f"the fusion passes find ops by name, which torch {torch.__version__} no longer "
+            "gives the way mini_vllm/compat.py reads it: turn fusion off (enable_fusion=False)"
+        )
     return fuse_norm_and_act_into_linear(gm) + fuse_rope_into_attention(gm)

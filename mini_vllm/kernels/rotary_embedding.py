@@ -1,25 +1,27 @@
 """Neox-style RoPE of the query and key heads as one Triton kernel, in place (CUDA only).
 
-vLLM counterpart: `RotaryEmbedding.forward_cuda` in
-vllm/model_executor/layers/rotary_embedding/base.py, which calls the in-place
-`rotary_embedding` CUDA kernel of csrc/pos_encoding_kernels.cu; `forward_native` is the
-torch version, and under torch.compile Inductor makes its own kernel of that.
+vLLM counterpart: the in-place `rotary_embedding` CUDA kernel of
+csrc/pos_encoding_kernels.cu, which `RotaryEmbedding.forward_cuda` in
+vllm/model_executor/layers/rotary_embedding/base.py calls; `forward_native` is the torch
+version, and under torch.compile Inductor makes its own kernel of that.
 
 Why: written in torch, the rotation is a gather of the position's cos/sin rows, a cast,
 and three element-wise ops: five kernels a layer, each costing the host a launch, for a
 few kilobytes of work. Eagerly that is what a decode step waits for. Here one program a
 token reads its position's two table rows once and rotates every query and key head.
 
-The arithmetic matches `RotaryEmbedding._rotate` op for op: the table row is rounded to
-the activations' dtype, `x * [cos|cos]` is rounded, then `roll(x, D/2) * [-sin|sin]` is
-added in float32 and the sum rounded, as `torch.addcmul` does.
+The arithmetic matches `rotate_neox` (mini_vllm/layers/rotary_embedding.py) op for op:
+the table row is rounded to the activations' dtype, `x * [cos|cos]` is rounded, then
+`roll(x, D/2) * [-sin|sin]` is added in float32 and the sum rounded, as `torch.addcmul`
+does.
 """
 
 from __future__ import annotations
 
 import torch
 
-from mini_vllm.layers.triton_launch import launch, next_power_of_2
+from mini_vllm.kernels import cpu
+from mini_vllm.kernels.launch import launch, next_power_of_2
 
 try:
     import triton
@@ -27,7 +29,12 @@ try:
 except ImportError:  # CPU machines: the torch version is used
     triton = None
 
-__all__ = ["triton_rope_", "triton_rope_available"]
+__all__ = [
+    "apply_deferred_rope",
+    "rotary_embedding_cuda",
+    "triton_rope_",
+    "triton_rope_available",
+]
 
 
 def triton_rope_available(query: torch.Tensor, key: torch.Tensor, table: torch.Tensor) -> bool:
@@ -122,3 +129,24 @@ def triton_rope_(
             num_warps=4,
         )
     return query, key
+
+
+def rotary_embedding_cuda(positions, query, key, cos_sin_cache):
+    """Neox RoPE of q and k: in place by the kernel where it fits, else the CPU version's
+    arithmetic (any device)."""
+    if triton_rope_available(query, key, cos_sin_cache):
+        return triton_rope_(positions, query, key, cos_sin_cache)
+    return cpu.rotary_embedding(positions, query, key, cos_sin_cache)
+
+
+def apply_deferred_rope(
+    rope: tuple[torch.Tensor, torch.Tensor], query: torch.Tensor, key: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate q and k (`[T, ...]`, any head layout) by a fused attention op's `rope`
+    (positions, table), out of place: for the attention paths with no kernel rotating them."""
+    positions, table = rope
+    num_tokens = query.shape[0]
+    q_rot, k_rot = cpu.rotary_embedding(
+        positions, query.reshape(num_tokens, -1), key.reshape(num_tokens, -1), table
+    )
+    return q_rot.reshape(query.shape), k_rot.reshape(key.shape)

@@ -36,20 +36,24 @@ from typing import Any
 
 import torch
 
+from mini_vllm import compat
+
 __all__ = ["cdiv", "direct_launcher", "launch", "next_power_of_2", "specialise", "specialisation"]
 
-# (id(kernel), specialisation, options) -> the compiled kernel's direct launcher, or None
-# where it has none (an older Triton): then Triton's front end every time.
+# (id(kernel), device, specialisation, options) -> the compiled kernel's direct launcher,
+# or None where there is none (mini_vllm/compat.py): then Triton's front end every time.
 _launchers: dict[tuple, Callable[[tuple, tuple], None] | None] = {}
 # id(kernel) -> (kernel, the positions of its constexprs). Kernels are told apart by
 # identity: hashing a JITFunction takes a lock and hashes its source key (Triton's
 # `__hash__`), twice a launch otherwise. The kernel is held so that its id stays its own.
 _kernels: dict[int, tuple[Any, frozenset[int] | None]] = {}
+_current_device = compat.raw_stream_getters()[1]
 
 
 # Host-side sizes of a launch. Triton's `triton.next_power_of_2` and `triton.cdiv` are
-# constexpr functions, usable inside kernels too, and a call from the host costs 1.4 µs
-# (scripts/gpu/host_launch_costs.py): several a kernel, at every eager launch.
+# constexpr functions, usable inside kernels too, and a call from the host costs as much
+# as a small kernel's whole short launch (scripts/gpu/host_launch_costs.py,
+# benchmarks/results/eager-cuda.md): several a kernel, at every eager launch.
 def next_power_of_2(n: int) -> int:
     """The smallest power of two >= n (n >= 1), as `triton.next_power_of_2`."""
     return 1 << (n - 1).bit_length()
@@ -74,7 +78,7 @@ def specialise(args: tuple, constexprs: frozenset[int] | None = None) -> tuple[t
 
     The C launcher takes a pointer argument as a tensor or as an address. Given a tensor
     it calls the tensor's `data_ptr` through Python and asks the CUDA driver whether the
-    address is the GPU's: 1.3 µs for the RMSNorm kernel's five tensors on an H100 host
+    address is the GPU's, a microsecond or more for a kernel of five tensors
     (scripts/gpu/host_launch_costs.py), and the decode attention passes a dozen. The key
     has just read each address for its alignment and records whether the tensor is on
     the GPU, so the short path passes the addresses; Triton's front end, which checks
@@ -102,28 +106,24 @@ def specialise(args: tuple, constexprs: frozenset[int] | None = None) -> tuple[t
 # ANCHOR_END: specialisation
 
 
-# Triton versions whose C launcher takes (grid, stream, function, cooperative, PDL, global
-# scratch, profile scratch, metadata..., arguments): there the Python wrapper around it
-# (CudaLauncher.__call__, which only allocates scratch space our kernels never ask for)
-# is skipped too. Elsewhere the wrapper runs, as Triton's own launch does.
-_BARE_LAUNCHER_TRITONS = ("3.5.", "3.6.")
-
-
 # ANCHOR: direct_launcher
 def direct_launcher(compiled: Any) -> Callable[[tuple, tuple], None] | None:
     """`launch(grid, args)` for a kernel Triton compiled and launched once (what
-    `kernel[grid](...)` returned), or None if this Triton's compiled kernels lack the
-    parts it needs. `args` may hold tensors or their addresses."""
-    parts = ("run", "function", "packed_metadata")
-    if not all(hasattr(compiled, name) for name in parts):
+    `kernel[grid](...)` returned), or None: on a Triton this was not verified on
+    (mini_vllm/compat.py; every launch then goes through Triton's front end), or where its
+    compiled kernels lack the parts it needs. `args` may hold tensors or their addresses."""
+    parts = compat.launch_parts(compiled)
+    if parts is None:
         return None
-    run, function, packed_metadata = (getattr(compiled, name) for name in parts)
+    function, packed_metadata = parts.function, parts.packed_metadata
     # The current stream of the current device, read without torch.cuda's Python layer
     # (CUDA is initialised: the kernel has run once).
-    current_stream, current_device = torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice
-    bare = _bare_launcher(run)
-    if bare is not None:
-        cooperative, pdl = run.launch_cooperative_grid, run.launch_pdl
+    current_stream, current_device = compat.raw_stream_getters()
+    if parts.bare is not None:
+        # The C function itself, past the Python wrapper around it (which only allocates
+        # scratch memory these kernels never ask for): grid, stream, function, cooperative,
+        # PDL, two scratch buffers, metadata, launch metadata and two hooks, then arguments.
+        bare, cooperative, pdl = parts.bare, parts.cooperative, parts.pdl
 
         def launch_bare(grid: tuple, args: tuple) -> None:
             x, y, z = (*grid, 1, 1)[:3]
@@ -131,6 +131,7 @@ def direct_launcher(compiled: Any) -> Callable[[tuple, tuple], None] | None:
                  None, None, packed_metadata, None, None, None, *args)  # fmt: skip
 
         return launch_bare
+    run = parts.run
 
     def launch_compiled(grid: tuple, args: tuple) -> None:
         x, y, z = (*grid, 1, 1)[:3]
@@ -140,21 +141,6 @@ def direct_launcher(compiled: Any) -> Callable[[tuple, tuple], None] | None:
             *args)  # fmt: skip
 
     return launch_compiled
-
-
-def _bare_launcher(run: Any) -> Callable[..., None] | None:
-    """The C function under Triton's launcher `run`, where calling it directly is safe: a
-    known Triton, and a kernel that needs no scratch memory."""
-    import triton
-
-    if not triton.__version__.startswith(_BARE_LAUNCHER_TRITONS):
-        return None
-    needed = ("launch", "launch_cooperative_grid", "launch_pdl")
-    if not all(hasattr(run, name) for name in needed):
-        return None
-    if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
-        return None
-    return run.launch
 
 
 # ANCHOR_END: direct_launcher
@@ -173,7 +159,8 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **options: Any) -> No
             frozenset(positions) if positions is not None else None,
         )
     specialised, arguments = specialise(args, known[1])
-    key = (id(kernel), specialised, *options.items())
+    # The device too: Triton compiles a kernel for one GPU, and a process may drive several.
+    key = (id(kernel), _current_device(), specialised, *options.items())
     launcher = _launchers.get(key, False)
     if launcher:
         launcher(grid, arguments)

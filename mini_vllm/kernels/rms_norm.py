@@ -1,11 +1,10 @@
 """RMSNorm with the residual add, as one Triton kernel (CUDA only).
 
-vLLM counterpart: `RMSNorm.forward_cuda` in vllm/model_executor/layers/layernorm.py,
-which calls the `fused_add_rms_norm` / `rms_norm` CUDA kernels of
-csrc/layernorm_kernels.cu; `forward_native` is the plain torch version, and vLLM's
-`CustomOp` picks one per platform. Under torch.compile vLLM prefers the native version
-by default so that Inductor can fuse it with its neighbours; mini_vllm does the same
-(mini_vllm/layers/layernorm.py).
+vLLM counterpart: the `fused_add_rms_norm` / `rms_norm` CUDA kernels of
+csrc/layernorm_kernels.cu, which `RMSNorm.forward_cuda` in
+vllm/model_executor/layers/layernorm.py calls; `forward_native` is the plain torch
+version. Under torch.compile vLLM prefers the native version by default so that Inductor
+can fuse it with its neighbours; mini_vllm does the same (mini_vllm/layers/custom_op.py).
 
 Why: written in torch, "add, cast, square, mean, add eps, rsqrt, multiply, cast,
 multiply by the weight" is about nine kernels, twice a layer. In a FULL CUDA graph the
@@ -23,7 +22,8 @@ from __future__ import annotations
 
 import torch
 
-from mini_vllm.layers.triton_launch import launch, next_power_of_2
+from mini_vllm.kernels.launch import launch, next_power_of_2
+from mini_vllm.layers.layernorm import rms_norm_native
 
 try:
     import triton
@@ -31,11 +31,21 @@ try:
 except ImportError:  # CPU machines: the torch version is used
     triton = None
 
-__all__ = ["triton_rmsnorm", "triton_rmsnorm_available"]
+__all__ = ["rms_norm_cuda", "triton_rmsnorm", "triton_rmsnorm_fits"]
 
 
-def triton_rmsnorm_available(x: torch.Tensor) -> bool:
-    return triton is not None and x.is_cuda and x.dim() == 2 and x.stride(-1) == 1
+def triton_rmsnorm_fits(
+    x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None
+) -> bool:
+    """Rows of CUDA activations in the weight's dtype, each row (and residual row) contiguous."""
+    return (
+        triton is not None
+        and x.is_cuda
+        and x.dim() == 2
+        and x.stride(-1) == 1
+        and x.dtype == weight.dtype
+        and (residual is None or residual.stride(-1) == 1)
+    )
 
 
 if triton is not None:
@@ -97,3 +107,15 @@ def triton_rmsnorm(
             num_warps=4,
         )
     return out if residual is None else (out, residual_out)
+
+
+def rms_norm_cuda(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+):
+    """RMSNorm (with the residual add): the kernel where it fits, the native version elsewhere."""
+    if triton_rmsnorm_fits(x, weight, residual):
+        return triton_rmsnorm(x, weight, eps, residual)
+    if residual is None:
+        return rms_norm_native(x, weight, eps)
+    summed = x + residual
+    return rms_norm_native(summed, weight, eps), summed

@@ -13,7 +13,7 @@ Two caches make the second start faster:
   and compiler code, so start-up can print this start's time next to the previous one.
 A third makes it faster still: with VLLM_COMPILE, the whole compiled model is kept as
 `<key>.compiled` beside the record, and a start that finds it loads it instead of
-tracing (mini_vllm/compilation/aot_cache.py).
+tracing (mini_vllm/compilation/caching/aot_cache.py).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from mini_vllm import envs
-from mini_vllm.compilation.aot_cache import compiler_sources_digest
+from mini_vllm import compat, envs
+from mini_vllm.compilation.caching.aot_cache import compiler_sources_digest
 from mini_vllm.config.compilation import CompilationMode
 
 __all__ = ["CompileReport", "compile_and_record", "inductor_cache_dir"]
@@ -73,18 +73,12 @@ class CompileReport:
 
 def inductor_cache_dir() -> str:
     """Point Inductor's caches at the mini_vllm cache directory (once; a user's setting wins)."""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
     # Importing Inductor writes its default into the environment, so "unset" means
     # absent or equal to that default; anything else is the user's choice and wins.
     current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if current is None or current == default_cache_dir():
+    if current is None or current == compat.inductor_default_cache_dir():
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(envs.MINI_VLLM_CACHE / "inductor")
-    import torch._functorch.config
-    import torch._inductor.config
-
-    torch._inductor.config.fx_graph_cache = True
-    torch._functorch.config.enable_autograd_cache = True
+    compat.enable_inductor_caches()
     return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 

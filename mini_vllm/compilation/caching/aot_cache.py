@@ -11,7 +11,7 @@ Without it, every start pays for Dynamo tracing the model again (seconds for a 3
 model) and for the backend running every piece on fake tensors to look its compiled code
 up in Inductor's cache, even when nothing changed. With it, the first start compiles
 through `torch.compile(...).aot_compile(...)`: Dynamo traces once, the piecewise backend
-compiles each piece with `torch._inductor.standalone_compile` and returns a
+compiles each piece with Inductor's standalone compile and returns a
 `CompiledSplitModel`, which can write itself out. Torch saves that together with the
 bytecode Dynamo produced; a later start reads the file, checks that the source files
 Dynamo traced are unchanged, and calls the saved bytecode directly: no trace, no fake
@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from mini_vllm import envs
+from mini_vllm import compat, envs
 
 __all__ = [
     "CompiledSplitModel",
@@ -52,29 +52,21 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-try:  # torch >= 2.10
-    from torch._dynamo.aot_compile_types import SerializableCallable
-except ImportError:  # older torch: no AOT compile; the wrapper traces at every start
-    SerializableCallable = None
-
 
 def aot_compile_supported() -> bool:
-    """Torch can save a compiled function with a custom backend, and the user allows it."""
-    return (
-        envs.MINI_VLLM_COMPILE_CACHE
-        and SerializableCallable is not None
-        and hasattr(torch.compiler, "load_compiled_function")
-        and hasattr(torch._dynamo.config, "enable_aot_compile")
-        and "aot" in inspect.signature(torch._inductor.standalone_compile).parameters
-    )
+    """Torch can save a compiled function with a custom backend (torch 2.10 on: see
+    mini_vllm/compat.py), and the user allows it."""
+    return envs.MINI_VLLM_COMPILE_CACHE and compat.aot_compile_missing() is None
 
 
 @functools.cache  # read once a process: every engine's start asks for it
 def compiler_sources_digest() -> str:
-    """A hash of mini_vllm's compiler code: what changes the artifact without being traced."""
+    """A hash of mini_vllm's compiler code (mini_vllm/compilation/, its passes included):
+    what changes the artifact without being traced."""
     digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode())
+    compilation = Path(__file__).resolve().parent.parent
+    for path in sorted(compilation.rglob("*.py")):
+        digest.update(str(path.relative_to(compilation)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -86,7 +78,8 @@ def _plain_graph_module(module: torch.fx.GraphModule, children: dict[str, Any]) 
     return plain
 
 
-_Base: type = SerializableCallable if SerializableCallable is not None else object
+# Without AOT compile (torch before 2.10) the class is never saved: any base will do.
+_Base: type = compat.SerializableCallable or object
 
 
 # ANCHOR: compiled_split_model
@@ -145,11 +138,9 @@ class CompiledSplitModel(_Base):
 
     @classmethod
     def deserialize_compile_artifacts(cls, data: bytes) -> CompiledSplitModel:
-        from torch._inductor.standalone_compile import AOTCompiledArtifact
-
         state = pickle.loads(data)
         loaded_by_key = {
-            key: AOTCompiledArtifact.deserialize(pickle.loads(blob))
+            key: compat.load_standalone_artifact(pickle.loads(blob))
             for key, blob in state["store"].items()
         }
         fn = cls(
@@ -186,20 +177,24 @@ def piece_callable(artifact: Any, returns_tuple: bool) -> Callable[..., Any]:
 def _sources_changed(fn: Any) -> list[str]:
     """The modules Dynamo traced whose source differs from what was compiled."""
     changed = []
-    for source in fn.source_info().inlined_sources:
-        module = sys.modules.get(source.module)
+    for name, content in compat.aot_traced_sources(fn):
+        module = sys.modules.get(name)
         try:
             current = inspect.getsource(module) if module is not None else None
         except (OSError, TypeError):
             current = None
-        if current != source.content:
-            changed.append(source.module)
+        if current != content:
+            changed.append(name)
     return sorted(set(changed))
 
 
 # ANCHOR: load_compiled_model
-def load_compiled_model(path: Path, f_globals: dict[str, Any]) -> Any | None:
-    """The saved compiled model at `path`, ready to call; None when there is none to use."""
+def load_compiled_model(
+    path: Path, f_globals: dict[str, Any]
+) -> tuple[Any, CompiledSplitModel] | None:
+    """The saved compiled model at `path`, ready to call, and the `CompiledSplitModel` the
+    backend returned when it was compiled (its pieces, for the engine to install); None
+    when there is none to use."""
     if not path.exists():
         return None
     try:
@@ -209,6 +204,7 @@ def load_compiled_model(path: Path, f_globals: dict[str, Any]) -> Any | None:
         if changed:
             logger.info("compiling again: %s changed since %s was saved", changed, path)
             return None
+        saved = compat.aot_backend_result(fn)
     except Exception as error:  # a file from another torch, truncated, or stale
         logger.warning(
             "could not load the compiled model from %s (%s: %s); compiling it again",
@@ -218,7 +214,7 @@ def load_compiled_model(path: Path, f_globals: dict[str, Any]) -> Any | None:
         )
         return None
     fn.disable_guard_check()  # everything that varies between steps is a tensor (trace once)
-    return fn
+    return fn, saved
 
 
 # ANCHOR_END: load_compiled_model
@@ -229,7 +225,7 @@ def save_compiled_model(fn: Any, path: Path) -> bool:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(type(fn).serialize(fn).serialized_data)
+        tmp.write_bytes(compat.aot_serialized_bytes(fn))
         os.replace(tmp, path)
         return True
     except Exception as error:

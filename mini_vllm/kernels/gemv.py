@@ -6,8 +6,8 @@ kernels for the quantized ones (e.g. the GPTQ/AWQ GEMV kernels under csrc/quanti
 gpt-fast (generate.py) gets its batch-1 speed from Inductor and int8 weights. Here the
 kernel exists because of a measurement: at batch 1 a decode step's products are
 matrix-vector products, pure reads of the weight, and on the course's H100 cuBLAS's
-bf16 kernels for them (`gemv2T_kernel_val`, `gemvx`) read the 1B model's matrices at
-1.1-1.5 TB/s, a third to a half of what the memory can deliver.
+bf16 kernels for them (`gemv2T_kernel_val`, `gemvx`) read the 1B model's matrices at a
+third to a half of what the memory can deliver (benchmarks/results/eager-cuda.md).
 
 The kernel is the textbook one: each program owns BLOCK_N rows of W, walks along K in
 BLOCK_K-wide tiles (one coalesced load of a [BLOCK_N, BLOCK_K] tile of W and the
@@ -16,9 +16,10 @@ read exactly once and marked evict-first: nothing will read it again this step. 
 tile shape is autotuned per matrix shape, at the first call, which the engine makes
 in its warm-up runs before any CUDA graph is captured.
 
-From two rows to MAX_ROWS (64), with MINI_VLLM_SKINNY_GEMM=1 (off by default: it gained
-14% of the SmolLM2-shape forward at batch 8 and cost two minutes of cold start), the
-skinny GEMM below takes over where it measures faster: the same program
+From two rows to MAX_ROWS (64), with MINI_VLLM_SKINNY_GEMM=1 (off by default: what it
+gains at batch 8 costs minutes of cold start, tuning every shape and row bucket;
+benchmarks/results/decode-graphs-cuda-skinny.md), the skinny GEMM below takes over where
+it measures faster: the same program
 layout, but each program multiplies its tile of W with every row of x on the tensor
 cores (`tl.dot`), rows padded to 16, 32 or 64 by masks, so that W is still read once per
 step. Decode at batch 8-32 is as much a read of the weights as batch 1: cuBLAS's GEMM
@@ -32,30 +33,28 @@ Prologues. The rows of x are tiny next to W, so the kernel can afford to compute
 whatever came before instead of reading it finished: RMSNorm of x (with or without the
 residual add; program 0 then also writes the new residual) or SwiGLU's silu(gate) * up.
 That removes the norm's and the activation's own kernels, three a Llama layer. The
-compile-time fusion pass (mini_vllm/compilation/fusion.py) puts these variants in place
-through the ops of mini_vllm/layers/fused_linear.py.
+compile-time fusion pass (mini_vllm/compilation/passes/fusion.py) puts these variants in
+place through the ops of mini_vllm/kernels/fused_ops.py.
 
 Programmatic dependent launch (PDL, Hopper and later). A GEMV's weights do not depend
 on the kernel before it, only x does. Launched with PDL, the kernel may start while the
 previous one is still finishing: it requests its first tile of W, then waits
 (`gdc_wait`) until the previous kernel's writes are visible, then reads x. That hides
 part of each kernel's start-up, which at batch 1 on a small model is most of its time
-(measured: the compiled SmolLM2-shape step 0.52-0.57 ms with it, 0.65-0.66 without;
-benchmarks/results/decode-graphs-cuda-fusion.md). MINI_VLLM_PDL=0 turns it off.
+(benchmarks/results/decode-graphs-cuda-fusion.md). MINI_VLLM_PDL=0 turns it off; a Triton
+without it turns it off too (mini_vllm/compat.py).
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import time
 
 import torch
 import torch.nn.functional as F
 
-from mini_vllm import envs
-from mini_vllm.layers.triton_launch import direct_launcher
-from mini_vllm.torch_utils import direct_register_custom_op
+from mini_vllm import compat, envs
+from mini_vllm.kernels.launch import direct_launcher
 
 try:
     import triton
@@ -67,12 +66,14 @@ except ImportError:  # CPU machines
 __all__ = [
     "MAX_ROWS",
     "autotune_seconds",
-    "autotuned_tile",
-    "gemv_tile_picks",
+    "graph_call_times_us",
+    "graph_time_us",
     "linear_cuda",
-    "skinny_is_faster",
     "pdl_supported",
-    "skinny_gemm_with_tile",
+    "pointer_arguments",
+    "row_bucket",
+    "skinny_is_faster",
+    "tile_picks",
     "triton_gemv",
     "triton_gemv_available",
     "triton_rms_norm_gemv",
@@ -111,9 +112,9 @@ def triton_gemv_available(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 @functools.cache
 def _skinny_enabled() -> bool:
-    # Off by default: on the H100 it gained 14% of the forward at batch 8 (SmolLM2 shape)
-    # and cost two minutes of cold start, tuning and measuring every shape and row bucket
-    # (benchmarks/results/decode-graphs-cuda-skinny.md). Read once: products are hot.
+    # Off by default: its gain at batch 8 costs minutes of cold start, tuning and measuring
+    # every shape and row bucket (benchmarks/results/decode-graphs-cuda-skinny.md). Read
+    # once: products are hot.
     return envs.MINI_VLLM_SKINNY_GEMM
 
 
@@ -124,11 +125,9 @@ if triton is not None:
         # small model's matrices (K = 576 or 1536 for SmolLM2), so that a program issues
         # all of its weight loads at once; under programmatic dependent launch (below)
         # they are issued before the wait, and the whole read overlaps the tail of the
-        # kernel ahead. Measured on one H100 host at batch 1, SmolLM2 shape, compiled
-        # FULL step with async scheduling, alternating: forward 0.51 ms with the last five
-        # tiles on the list against 0.57-0.65 ms without them. Timed as they run
-        # (`tile_time_ms`), the picks are almost all whole-row tiles
-        # (scripts/gpu/gemv_tiles.py prints them).
+        # kernel ahead. Timed as they run (`tile_time_ms`), the picks are almost all such
+        # whole-row tiles (scripts/gpu/gemv_tiles.py prints them;
+        # benchmarks/results/tile-timing-cuda.md).
         shapes = [
             (4, 256, 4),
             (8, 256, 4),
@@ -151,26 +150,22 @@ if triton is not None:
 
     # Keep the tuning results on disk (Triton's cache) where this Triton can: tuning all
     # configurations for the first time costs seconds at engine start-up.
-    _cache_tuning = (
-        {"cache_results": True}
-        if "cache_results" in inspect.signature(triton.autotune).parameters
-        else {}
-    )
+    _cache_tuning = {"cache_results": True} if compat.autotune_accepts("cache_results") else {}
     # How the GEMV's tiles are timed: as the engine runs them (`tile_time_ms` below), or
     # with MINI_VLLM_TILE_TIMING=triton by Triton's default, which launches each call alone
     # after flushing the L2 cache, for 125 ms a tile.
     _tune_as_in_graph = (
         {"do_bench": lambda kernel_call, quantiles: _time_tile(kernel_call, quantiles)}
-        if "do_bench" in inspect.signature(triton.autotune).parameters
+        if compat.autotune_accepts("do_bench")
         else {}
     )
     # The skinny kernel's tiles: each timed alone for a few milliseconds, not Triton's
     # 25 + 100, since it is tuned for three row buckets of every matrix at start-up. Timed
     # in a graph instead, its picks made batch 8 no faster and its choice against cuBLAS
-    # unsteady on the H100 (once 1.586 ms a step against 0.965 ms), so it keeps this.
+    # unsteady (benchmarks/results/decode-graphs-cuda-skinny.md), so it keeps this.
     _quick_tuning = (
         {"do_bench": functools.partial(triton.testing.do_bench, warmup=5, rep=20)}
-        if "do_bench" in inspect.signature(triton.autotune).parameters
+        if compat.autotune_accepts("do_bench")
         else {}
     )
 
@@ -182,7 +177,7 @@ if triton is not None:
         **_tune_as_in_graph,
     )
     @triton.jit
-    def _gemv_kernel(
+    def gemv_kernel(
         x_ptr,
         w_ptr,
         out_ptr,
@@ -325,7 +320,7 @@ if triton is not None:
         **_quick_tuning,
     )
     @triton.jit
-    def _skinny_gemm_kernel(
+    def skinny_gemm_kernel(
         x_ptr,
         w_ptr,
         out_ptr,
@@ -440,21 +435,21 @@ def pdl_supported(device: torch.device) -> bool:
     return (
         envs.MINI_VLLM_PDL
         and triton is not None
-        and hasattr(tl.extra.cuda, "gdc_wait")
+        and compat.pdl_available()
         and torch.cuda.get_device_capability(device)[0] >= 9
     )
 
 
 # ANCHOR: gemv_launch
-# Launching through Triton's autotuner and JIT front end costs the host tens of
-# microseconds a call (scripts/gpu/host_launch_costs.py, SmolLM2's LM head on one
-# H100 host: 64 us, against 19 us for the same product by cuBLAS; launched as below, 28
-# us on another host where cuBLAS took 22 us). The LM head's GEMV runs outside the
-# graph every step, and eager mode runs 121 of them a step, so the first launch for a
-# given signature goes through the autotuner and the compiled kernel it returns is then
-# launched directly (mini_vllm/layers/triton_launch.py). The key holds everything Triton
+# Launching through Triton's autotuner and JIT front end costs the host several times
+# what cuBLAS's launch costs (scripts/gpu/host_launch_costs.py;
+# benchmarks/results/eager-cuda.md). The LM head's GEMV runs outside the graph every
+# step, and eager mode runs every product of the step this way, so the first launch for
+# a given signature goes through the autotuner and the compiled kernel it returns is then
+# launched directly (mini_vllm/kernels/launch.py). The key holds everything Triton
 # specialises a kernel on: the integer arguments, the dtypes, and whether each pointer
-# is 16-byte aligned (a kernel compiled for aligned rows must not get a misaligned view).
+# is 16-byte aligned (a kernel compiled for aligned rows must not get a misaligned view),
+# and the device.
 _compiled_launches: dict[tuple, tuple] = {}
 _tiles: dict[tuple, object] = {}  # the autotuner's pick per (N, K, BLOCK_M, prologue, PDL, device)
 # Seconds spent in first launches (the autotuner timing every tile, or reading its cached
@@ -467,12 +462,12 @@ def autotune_seconds() -> float:
     return _first_launch_seconds[0]
 
 
-def _row_bucket(rows: int) -> int:
+def row_bucket(rows: int) -> int:
     """The skinny kernel's BLOCK_M for `rows` (2 to 64): 16, 32 or 64."""
     return max(16, 1 << (rows - 1).bit_length())
 
 
-def _pointer_arguments(x, weight, out, residual, norm_weight, residual_out) -> tuple:
+def pointer_arguments(x, weight, out, residual, norm_weight, residual_out) -> tuple:
     """The kernels' six pointer arguments; a prologue's tensor that is not passed points
     at x or out (never read or written without its prologue)."""
     return (
@@ -489,12 +484,12 @@ def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=N
     m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
     out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     pdl = pdl_supported(x.device)
-    tensors = _pointer_arguments(x, weight, out, residual, norm_weight, residual_out)
+    tensors = pointer_arguments(x, weight, out, residual, norm_weight, residual_out)
     if m == 1:
-        kernel, ints, block_m = _gemv_kernel, (n, k, weight.stride(0)), None
+        kernel, ints, block_m = gemv_kernel, (n, k, weight.stride(0)), None
     else:
-        kernel, ints = _skinny_gemm_kernel, (m, n, k, x.stride(0), weight.stride(0))
-        block_m = _row_bucket(m)
+        kernel, ints = skinny_gemm_kernel, (m, n, k, x.stride(0), weight.stride(0))
+        block_m = row_bucket(m)
     addresses = [t.data_ptr() for t in tensors]
     # Triton specialises an integer argument on its value being 1 and on its divisibility
     # by 16: the row count enters the key that way, so one kernel serves 17 to 31 rows.
@@ -507,7 +502,7 @@ def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=N
     )
     known = _compiled_launches.get(key)
     if known is not None:
-        # Pointers as addresses, as mini_vllm/layers/triton_launch.py `specialise` explains.
+        # Pointers as addresses, as mini_vllm/kernels/launch.py `specialise` explains.
         launcher, grid, constants = known
         launcher(grid, (*addresses[:3], *ints, *addresses[3:], eps, *constants))
         return out
@@ -522,7 +517,7 @@ def _launch(x, weight, prologue, residual=None, norm_weight=None, residual_out=N
         **({"launch_pdl": True} if pdl else {}),
     )
     _first_launch_seconds[0] += time.perf_counter() - started
-    best = kernel.best_config
+    best = compat.autotuned_config(kernel)
     _tiles[(n, k, block_m, prologue, pdl, x.device)] = best
     launcher = direct_launcher(compiled)
     if launcher is not None:  # a CompiledKernel of a Triton that allows it: keep it
@@ -600,9 +595,8 @@ def tile_time_ms(kernel_call, quantiles=(0.5,), calls: int = 20, replays: int = 
     pick, kept in Triton's cache for every later start, changed from one cold start to
     the next. In a graph, where the next kernel's loads overlap the tail of the one
     before, tiles that request a whole row at once win, and the picks hold from start to
-    start: on the H100 the batch-1 decode graph replayed in 0.433-0.439 ms after three
-    such cold starts, 0.629-0.754 ms after three with Triton's timing
-    (benchmarks/results/tile-timing-cuda.md, scripts/gpu/tile_timing.py).
+    start, and so does the step time (benchmarks/results/tile-timing-cuda.md,
+    scripts/gpu/tile_timing.py).
     """
     times = sorted(graph_call_times_us(kernel_call, calls, replays))
     ms = [t / 1000 for t in times]
@@ -622,7 +616,7 @@ def skinny_is_faster(x, weight, prologue: int, skinny, fallback) -> bool:
     """Whether `skinny()` beats `fallback()` (the unfused ops, cuBLAS) for `x`'s row
     bucket; measured at the first such call outside a CUDA graph capture, then kept. In a
     capture before any measurement, the fallback (always correct, never slower to try)."""
-    key = (*weight.shape, _row_bucket(x.shape[0]), prologue, x.dtype, x.device)
+    key = (*weight.shape, row_bucket(x.shape[0]), prologue, x.dtype, x.device)
     choice = _skinny_choices.get(key)
     if choice is None:
         if torch.cuda.is_current_stream_capturing():
@@ -638,54 +632,10 @@ def skinny_is_faster(x, weight, prologue: int, skinny, fallback) -> bool:
 # ANCHOR_END: skinny_choice
 
 
-def gemv_tile_picks() -> dict[tuple[int, int, int], dict[str, int]]:
-    """The tiles this process's GEMV launches use, by (N, K, prologue): what the autotuner
-    picked, or read from Triton's cache, for each matrix the GEMV has run on."""
-    picks = {
-        (n, k, prologue): {**config.kwargs, "num_warps": config.num_warps}
-        for (n, k, block_m, prologue, _pdl, _device), config in _tiles.items()
-        if block_m is None  # the skinny kernel's row buckets are not the GEMV's
-    }
-    return dict(sorted(picks.items()))
-
-
-def autotuned_tile(x: torch.Tensor, weight: torch.Tensor) -> dict[str, int]:
-    """The tile the autotuner picked for the plain product `x @ weight.T` (tuning it now if
-    this shape is new): `{"BLOCK_N": ..., "BLOCK_K": ..., "num_warps": ...}`."""
-    triton_gemv(x, weight)
-    block_m = None if x.shape[0] == 1 else _row_bucket(x.shape[0])
-    config = _tiles[(*weight.shape, block_m, PLAIN, pdl_supported(x.device), x.device)]
-    return {**config.kwargs, "num_warps": config.num_warps}
-
-
-def skinny_gemm_with_tile(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    out: torch.Tensor,
-    prologue: int,
-    tile: tuple[int, int, int, int],
-    residual: torch.Tensor | None = None,
-    norm_weight: torch.Tensor | None = None,
-    residual_out: torch.Tensor | None = None,
-    eps: float = 0.0,
-) -> None:
-    """The skinny kernel for 2 to 64 rows of `x` into `out`, with `prologue` and the tile
-    `(BLOCK_N, BLOCK_K, warps, stages)` given instead of the autotuner's pick: what
-    scripts/gpu/skinny_tiles.py sweeps. The arguments are those of `_launch`."""
-    m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
-    if not 2 <= m <= MAX_ROWS:
-        raise ValueError(
-            f"the skinny kernel takes 2 to {MAX_ROWS} rows; got {m} (one row is the GEMV's: "
-            f"triton_gemv)"
-        )
-    block_n, block_k, warps, stages = tile
-    pdl = pdl_supported(x.device)
-    tensors = _pointer_arguments(x, weight, out, residual, norm_weight, residual_out)
-    _skinny_gemm_kernel.fn[(triton.cdiv(n, block_n),)](
-        *tensors[:3], m, n, k, x.stride(0), weight.stride(0), *tensors[3:], eps,
-        PROLOGUE=prologue, PDL=pdl, BLOCK_M=_row_bucket(m), BLOCK_N=block_n, BLOCK_K=block_k,
-        num_warps=warps, num_stages=stages, **({"launch_pdl": True} if pdl else {}),
-    )  # fmt: skip
+def tile_picks() -> dict[tuple, object]:
+    """The tiles this process's product launches use, by (N, K, BLOCK_M or None for the
+    GEMV, prologue, PDL, device): what the autotuner picked, or read from Triton's cache."""
+    return dict(_tiles)
 
 
 def triton_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -730,15 +680,6 @@ def linear_cuda(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     ):
         return triton_gemv(x, weight)
     return F.linear(x, weight)
-
-
-def _linear_fake(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return x.new_empty((x.shape[0], weight.shape[0]))
-
-
-# `torch.ops.mini_vllm.linear`: under torch.compile the choice above is made when the op
-# runs, not traced. Its kernel is `linear_cuda` itself, on the CPU too (F.linear there).
-direct_register_custom_op("linear", linear_cuda, fake_impl=_linear_fake)
 
 
 # ANCHOR_END: linear_op

@@ -9,33 +9,37 @@ flash-attn with a block table).
 
 Why: in plain torch a decode step's attention is about a dozen kernels a layer (the
 scatter of the new k/v, two gathers of the cache, the mask, attention, copies). Under a
-CUDA graph every kernel is a node that costs ~1-2 µs even when it does almost nothing,
-so at 30 layers the plumbing costs more than the work. Here it is two kernels a layer.
+CUDA graph every kernel is still a node with a fixed cost of its own even when it does
+almost nothing, so at 30 layers the plumbing costs more than the work. Here it is one or
+two kernels a layer.
 
 Layout (as mini_vllm/attention/paged.py): the cache of a layer is
 `[2, num_blocks + 1, block_size, num_kv_heads, head_dim]`; slot -1 writes to the last
 slot of the scratch block. A program walks a request's blocks with an online softmax.
-The decode kernel also stores the step's new key and value (one program per KV head does
-it), so a decode step's attention is one kernel a layer (two with slices); prefill and
-mixed batches use the write kernel and the torch path. Sequence length 0 (a padded row)
-is treated as 1, as in the torch path, so the row stays finite.
+The decode kernel also stores the step's new key and value (the first slice of each KV
+head does it), so a decode step's attention is one kernel a layer (two with slices);
+prefill and mixed batches use the write kernel and the torch path. Sequence length 0 (a
+padded row) is treated as 1, as in the torch path, so the row stays finite.
 
-Two decode kernels. The per-head one pass, a program per (request, query head), is the
-plain form: each query head of a group reads its KV head's cache on its own, four times
-over at the Llama shapes. The engine runs the grouped kernel: a program per (request,
-KV head) takes the group's query heads together, so each key and value is read once, and
-multiplies them on the tensor cores (`tl.dot`, the group padded to 16 rows), as vLLM's
+The decode kernel takes the query heads of a group together: a program per (request, KV
+head) reads each key and value of its KV head once for all the query heads that share it,
+and multiplies them on the tensor cores (`tl.dot`, the group padded to 16 rows), as vLLM's
 `_fwd_grouped_kernel_stage1` does for grouped-query attention
-(vllm/v1/attention/ops/triton_decode_attention.py). Measured, it beat the per-head pass
-at every batch and head shape (`decode_plan` below).
+(vllm/v1/attention/ops/triton_decode_attention.py). A program per (request, query head)
+would read the cache once a query head, four times over at the Llama shapes: it lost to
+this at every batch and head shape measured (scripts/gpu/decode_attention_tiles.py, which
+keeps that per-head form to compare; benchmarks/results/decode-attention-grouped-cuda.md).
 
-Small batches: a program per (request, head) leaves most of an H100 idle (9 programs at
-batch 1 for SmolLM2) while each walks the whole context alone; measured inside the
-compiled FULL graph it took 26 µs a layer, half of the step's GPU time. So below about
-a GPU's worth of programs the cached tokens are cut into slices that run in parallel,
-and a second kernel merges the slices' partial softmaxes: flash-decoding (Dao et al.,
-2023), vLLM's stage 1 and stage 2. Where no request can hold more than one 128-token
-tile, one slice is still the faster choice (`decode_num_splits`).
+Small batches: a program per (request, KV head) leaves most of an H100 idle (3 programs at
+batch 1 for SmolLM2) while each walks the whole context alone. So below about a GPU's
+worth of programs the cached tokens are cut into slices that run in parallel, and a
+second kernel merges the slices' partial softmaxes: flash-decoding (Dao et al., 2023),
+vLLM's stage 1 and stage 2. Where no request can hold more than one 128-token tile, one
+slice is still the faster choice (`decode_num_splits`).
+
+`TritonPagedAttentionBackend` runs them: the paged backend of mini_vllm/attention/paged.py
+with its decode and its KV write on these kernels (the model runner picks it through the
+kernel table, mini_vllm/_custom_ops.py).
 """
 
 from __future__ import annotations
@@ -44,8 +48,10 @@ from typing import NamedTuple
 
 import torch
 
-from mini_vllm.layers.triton_gemv import pdl_supported
-from mini_vllm.layers.triton_launch import launch, next_power_of_2
+from mini_vllm.attention.paged import PagedAttentionBackend, PagedAttentionMetadata
+from mini_vllm.kernels.gemv import pdl_supported
+from mini_vllm.kernels.launch import launch, next_power_of_2
+from mini_vllm.kernels.rotary_embedding import apply_deferred_rope
 
 try:
     import triton
@@ -55,11 +61,14 @@ except ImportError:  # CPU machines: the torch path is used
 
 __all__ = [
     "DecodePlan",
+    "TritonPagedAttentionBackend",
+    "cached_kv_tile",
     "decode_num_splits",
     "decode_plan",
     "triton_available",
     "triton_paged_decode",
     "triton_write_kv",
+    "wait_for_inputs",
 ]
 
 
@@ -95,8 +104,8 @@ if triton is not None:
     # ANCHOR_END: write_kv_kernel
 
     @triton.jit
-    def _wait_for_inputs(PDL: tl.constexpr):
-        # Under programmatic dependent launch (mini_vllm/layers/triton_gemv.py): let the
+    def wait_for_inputs(PDL: tl.constexpr):
+        # Under programmatic dependent launch (mini_vllm/kernels/gemv.py): let the
         # next kernel be scheduled now (it waits for this one before reading anything),
         # and wait for the kernel before this one before reading its outputs.
         if PDL:
@@ -129,7 +138,7 @@ if triton is not None:
     # ANCHOR_END: rope_in_kernel
 
     @triton.jit
-    def _cached_kv_tile(
+    def cached_kv_tile(
         key_rows,
         value_rows,
         table_row,
@@ -158,69 +167,6 @@ if triton is not None:
             values = values.to(tl.float32)
         return keys, values, visible
 
-    # ANCHOR: paged_decode_kernel
-    @triton.jit
-    def _paged_decode_kernel(
-        q_ptr, k_ptr, v_ptr, key_cache_ptr, value_cache_ptr, out_ptr, tables_ptr, seq_lens_ptr,
-        slot_ptr, scratch_slot, stride_q_tok, stride_q_head, stride_k, stride_v, stride_o_tok,
-        stride_o_head, stride_table, scale, positions_ptr, cos_sin_ptr,
-        NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-        BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, ROPE: tl.constexpr = False,
-        PDL: tl.constexpr = False,
-    ):  # fmt: skip
-        _wait_for_inputs(PDL)
-        request = tl.program_id(0)
-        head = tl.program_id(1)
-        kv_head = head // GROUP
-        dims = tl.arange(0, HEAD_DIM)
-        row = NUM_KV_HEADS * HEAD_DIM
-        table_row = tables_ptr + request * stride_table  # this request's block table
-        key_rows = key_cache_ptr + kv_head * HEAD_DIM + dims[None, :]
-        value_rows = value_cache_ptr + kv_head * HEAD_DIM + dims[None, :]
-        # The step's own key and value come from the inputs, not from the cache ...
-        new_key = tl.load(k_ptr + request * stride_k + kv_head * HEAD_DIM + dims)
-        new_value = tl.load(v_ptr + request * stride_v + kv_head * HEAD_DIM + dims)
-        q = tl.load(q_ptr + request * stride_q_tok + head * stride_q_head + dims).to(tl.float32)
-        if ROPE:  # rotate them here (the compile-time fusion of RoPE into attention)
-            cos, sin, partner = _rope_rows(
-                positions_ptr, cos_sin_ptr, request, dims, HEAD_DIM, q_ptr.dtype.element_ty
-            )
-            q_partner = tl.load(q_ptr + request * stride_q_tok + head * stride_q_head + partner)
-            k_partner = tl.load(k_ptr + request * stride_k + kv_head * HEAD_DIM + partner)
-            q = _rotate(q, q_partner, cos, sin, q_ptr.dtype.element_ty)
-            new_key = _rotate(new_key, k_partner, cos, sin, q_ptr.dtype.element_ty).to(
-                new_key.dtype
-            )
-        # ... and the first query head of each group stores them for later steps
-        # (slot -1, a padded row, goes to the scratch slot).
-        if head % GROUP == 0:
-            slot = tl.load(slot_ptr + request)
-            slot = tl.where(slot < 0, scratch_slot, slot)
-            tl.store(key_cache_ptr + slot * row + kv_head * HEAD_DIM + dims, new_key)
-            tl.store(value_cache_ptr + slot * row + kv_head * HEAD_DIM + dims, new_value)
-        # Online softmax, seeded with the new token; then the tokens already cached.
-        running_max = tl.sum(q * new_key.to(tl.float32), axis=0) * scale
-        running_sum = tl.zeros_like(running_max) + 1.0
-        acc = new_value.to(tl.float32)
-        past = tl.maximum(tl.load(seq_lens_ptr + request), 1) - 1
-        for start in range(0, past, BLOCK_N):
-            keys, values, visible = _cached_kv_tile(
-                key_rows, value_rows, table_row, start, past, row, BLOCK_SIZE, BLOCK_N
-            )
-            scores = tl.where(visible, tl.sum(keys * q[None, :], axis=1) * scale, float("-inf"))
-            new_max = tl.maximum(running_max, tl.max(scores, axis=0))
-            probs = tl.exp(scores - new_max)
-            correction = tl.exp(running_max - new_max)
-            acc = acc * correction + tl.sum(probs[:, None] * values, axis=0)
-            running_sum = running_sum * correction + tl.sum(probs, axis=0)
-            running_max = new_max
-        tl.store(
-            out_ptr + request * stride_o_tok + head * stride_o_head + dims,
-            (acc / running_sum).to(out_ptr.dtype.element_ty),
-        )
-
-    # ANCHOR_END: paged_decode_kernel
-
     # ANCHOR: split_decode_kernels
     @triton.jit
     def _paged_decode_grouped_kernel(
@@ -233,7 +179,7 @@ if triton is not None:
         NUM_SPLITS: tl.constexpr, ROPE: tl.constexpr = False, PDL: tl.constexpr = False,
         DOT_PRECISION: tl.constexpr = "tf32",
     ):  # fmt: skip
-        _wait_for_inputs(PDL)
+        wait_for_inputs(PDL)
         # One program per (request, KV head, slice of the cached tokens), for all the
         # query heads that read this KV head at once: each key is loaded once for the group.
         request = tl.program_id(0)
@@ -292,7 +238,7 @@ if triton is not None:
         end = tl.minimum(past, start + chunk)
         q_dot = q.to(key_cache_ptr.dtype.element_ty)
         for block_start in range(start, end, BLOCK_N):
-            keys, values, visible = _cached_kv_tile(
+            keys, values, visible = cached_kv_tile(
                 key_rows, value_rows, table_row, block_start, end, row, BLOCK_SIZE, BLOCK_N, False
             )
             scores = tl.dot(q_dot, tl.trans(keys), input_precision=DOT_PRECISION) * scale
@@ -333,7 +279,7 @@ if triton is not None:
         NUM_SPLITS: tl.constexpr,
         PDL: tl.constexpr = False,
     ):
-        _wait_for_inputs(PDL)
+        wait_for_inputs(PDL)
         # Each slice's softmax was taken against its own maximum: rescale all of them
         # to the overall maximum, then add (the merge of flash-decoding).
         request = tl.program_id(0)
@@ -357,39 +303,29 @@ if triton is not None:
 
 
 # The tiles, (cached tokens an iteration, warps a program), and the programs a step aims
-# at. From scripts/gpu/decode_attention_tiles.py (H100, bf16, in a CUDA graph, the cache
-# read from memory; benchmarks/results/decode-attention-grouped-cuda.md): at SmolLM2's,
-# Llama-3.2-1B's and Llama-3.1-8B's heads, batch 1 to 64, contexts 192 and 512, the
-# grouped kernel beat the per-head one pass at every point (8B heads, batch 32, context
-# 512: 30.7 against 51.3 us), and (32, 4) was its best tile or close to it. Its best
-# count of slices made about 1024 programs at head dim 64 and 512 at 128, where each
-# program does twice the work: so the slices aim at TARGET_PROGRAMS * 64 / head_dim,
-# rounded down to a power of two. At the cap of 16 slices (a small batch) each slice is
-# short, and in the engine's compiled FULL step one warp with 16 tokens ran SmolLM2's
-# batch 1 and 8 faster than (32, 4) (0.487-0.492 against 0.502-0.504 ms, and 0.868-0.881
-# against 0.893-0.896). Before: one warp a program ((16, 1)), the query heads multiplied
-# on the CUDA cores, 512 programs whatever the head dim, and the per-head one pass
-# ((64, 1)) from 256 (request, KV head) pairs on.
+# at, from the sweeps of scripts/gpu/decode_attention_tiles.py and
+# scripts/gpu/split_decode.py (H100, bf16, in a CUDA graph, the cache read from memory;
+# benchmarks/results/decode-attention-grouped-cuda.md and
+# decode-graphs-cuda-split-decode.md). (32, 4) was the grouped kernel's best tile or close
+# to it at SmolLM2's, Llama-3.2-1B's and Llama-3.1-8B's heads. Its best count of slices
+# made about 1024 programs at head dim 64 and 512 at 128, where each program does twice
+# the work: so the slices aim at TARGET_PROGRAMS * 64 / head_dim, rounded down to a power
+# of two. At the cap of 16 slices (a small batch) each slice is short, and one warp with
+# 16 tokens ran the engine's step faster than (32, 4).
 GROUPED_TILE = (32, 4)
 MANY_SLICES_TILE = (16, 1)  # for MAX_SPLITS slices
 TARGET_PROGRAMS = 1024  # at head dim 64
 MAX_SPLITS = 16
 # Up to 128 tokens, one slice: the slices and their merge barely pay there, and lose as
-# soon as the batch grows (scripts/gpu/split_decode.py, H100, in a CUDA graph, the grouped
-# kernel with the (32, 4) tile, context 128, SmolLM2's heads: one slice 5.0 us and 16
-# slices with the merge 4.3 at batch 1, 5.1 against 5.7 at batch 4; at 192 the slices win
-# at both, 3.9 against 6.7 and 5.7 against 6.7).
+# soon as the batch grows; from about 192 on they win.
 SINGLE_PASS_MAX_CONTEXT = 128
 
 
 class DecodePlan(NamedTuple):
-    """How one call of `triton_paged_decode` runs: the grouped kernel (a program per
-    (request, KV head, slice), its query heads on the tensor cores) or the per-head one
-    pass (a program per (request, query head)); the tile (cached tokens an iteration, warps
-    a program); and the slices of each request's cached tokens (grouped only; more than
+    """How one call of `triton_paged_decode` runs: the tile (cached tokens an iteration,
+    warps a program), and the slices each request's cached tokens are cut into (more than
     one adds the merge kernel)."""
 
-    grouped: bool
     tile: tuple[int, int]
     splits: int
 
@@ -410,10 +346,10 @@ def decode_num_splits(
 def decode_plan(
     num_reqs: int, num_kv_heads: int, head_dim: int, max_context: int | None = None
 ) -> DecodePlan:
-    """The engine's plan for a decode batch: the grouped kernel, with the slices of
-    `decode_num_splits`."""
+    """The engine's plan for a decode batch: the slices of `decode_num_splits`, and the tile
+    for that many."""
     splits = decode_num_splits(num_reqs, num_kv_heads, head_dim, max_context)
-    return DecodePlan(True, MANY_SLICES_TILE if splits == MAX_SPLITS else GROUPED_TILE, splits)
+    return DecodePlan(MANY_SLICES_TILE if splits == MAX_SPLITS else GROUPED_TILE, splits)
 
 
 def triton_write_kv(
@@ -453,7 +389,7 @@ def triton_paged_decode(
 ) -> torch.Tensor:
     """Store each request's new k/v in its slot and attend over its blocks.
 
-    `plan` (default: `decode_plan`'s) picks the kernel, its tile and the slices: a small
+    `plan` (default: `decode_plan`'s) picks the tile and the slices: a small
     batch splits each request's cached tokens into slices that run in parallel, then
     merges them (two kernels, flash-decoding); a batch that fills the GPU on its own runs
     one slice (one kernel).
@@ -472,12 +408,9 @@ def triton_paged_decode(
     max_context = block_tables.shape[1] * block_size
     if plan is None:
         plan = decode_plan(num_reqs, num_kv_heads, head_dim, max_context)
-    grouped, tile, splits = plan
-    if splits < 1 or splits & (splits - 1) or (splits > 1 and not grouped):
-        raise ValueError(
-            f"a decode plan's slices must be a power of two, and 1 for the per-head one pass; "
-            f"got {plan}"
-        )
+    tile, splits = plan
+    if splits < 1 or splits & (splits - 1):
+        raise ValueError(f"a decode plan's slices must be a power of two; got {plan}")
     positions, cos_sin = rope if rope is not None else (slot_mapping, q)  # unused without rope
     pdl = pdl_supported(q.device)
     options = {"launch_pdl": True} if pdl else {}
@@ -488,43 +421,83 @@ def triton_paged_decode(
         or cos_sin.shape[1] != 2
     ):
         raise ValueError("rope needs the float32 neox table [positions, 2, 1, head_dim]")
+    if splits > 1:
+        part_acc = torch.empty(
+            (num_reqs, num_heads, splits, head_dim), dtype=torch.float32, device=q.device
+        )
+        part_max = torch.empty((num_reqs, num_heads, splits), dtype=torch.float32, device=q.device)
+        part_sum = torch.empty_like(part_max)
+    else:  # one slice writes the output itself: no partial results
+        part_acc = part_max = part_sum = out
     # Launch arguments in rows, as the kernels' signatures list them, constexprs last (the
     # formatter would give each of the thirty its own line).
     # fmt: off
-    if grouped:
-        if splits > 1:
-            part_acc = torch.empty((num_reqs, num_heads, splits, head_dim), dtype=torch.float32,
-                                   device=q.device)
-            part_max = torch.empty((num_reqs, num_heads, splits), dtype=torch.float32,
-                                   device=q.device)
-            part_sum = torch.empty_like(part_max)
-        else:  # one slice writes the output itself: no partial results
-            part_acc = part_max = part_sum = out
-        launch(
-            _paged_decode_grouped_kernel, (num_reqs, num_kv_heads, splits),
-            q, k, v, kv_cache[0], kv_cache[1], block_tables, seq_lens, slot_mapping, scratch,
-            part_acc, part_max, part_sum, out, q.stride(0), q.stride(1), k.stride(0), v.stride(0),
-            out.stride(0), out.stride(1), block_tables.stride(0), scale, positions, cos_sin,
-            num_kv_heads, group, max(16, next_power_of_2(group)), head_dim, block_size,
-            tile[0], splits, rope is not None, pdl,  # ... BLOCK_N, NUM_SPLITS, ROPE, PDL
-            "ieee" if q.dtype == torch.float32 else "tf32",  # DOT_PRECISION
-            num_warps=tile[1], **options,
-        )
-        if splits > 1:
-            launch(
-                _merge_splits_kernel, (num_reqs, num_heads),
-                part_acc, part_max, part_sum, out, out.stride(0), out.stride(1),
-                num_heads, head_dim, splits, pdl, num_warps=1, **options,
-            )
-        return out
     launch(
-        _paged_decode_kernel, (num_reqs, num_heads),
-        q, k, v, kv_cache[0], kv_cache[1], out, block_tables, seq_lens, slot_mapping, scratch,
-        q.stride(0), q.stride(1), k.stride(0), v.stride(0), out.stride(0), out.stride(1),
-        block_tables.stride(0), scale, positions, cos_sin,
-        # NUM_KV_HEADS, GROUP, HEAD_DIM, BLOCK_SIZE, BLOCK_N, ROPE, PDL
-        num_kv_heads, group, head_dim, block_size, tile[0], rope is not None, pdl,
+        _paged_decode_grouped_kernel, (num_reqs, num_kv_heads, splits),
+        q, k, v, kv_cache[0], kv_cache[1], block_tables, seq_lens, slot_mapping, scratch,
+        part_acc, part_max, part_sum, out, q.stride(0), q.stride(1), k.stride(0), v.stride(0),
+        out.stride(0), out.stride(1), block_tables.stride(0), scale, positions, cos_sin,
+        num_kv_heads, group, max(16, next_power_of_2(group)), head_dim, block_size,
+        tile[0], splits, rope is not None, pdl,  # ... BLOCK_N, NUM_SPLITS, ROPE, PDL
+        "ieee" if q.dtype == torch.float32 else "tf32",  # DOT_PRECISION
         num_warps=tile[1], **options,
     )
+    if splits > 1:
+        launch(
+            _merge_splits_kernel, (num_reqs, num_heads),
+            part_acc, part_max, part_sum, out, out.stride(0), out.stride(1),
+            num_heads, head_dim, splits, pdl, num_warps=1, **options,
+        )
     # fmt: on
     return out
+
+
+# ANCHOR: triton_backend
+class TritonPagedAttentionBackend(PagedAttentionBackend):
+    """The paged backend with its decode and its cache writes on the kernels above.
+
+    A uniform decode batch on CUDA is one kernel a layer (two with slices): it stores the
+    new keys and values, attends, and rotates q and k first when the fusion pass deferred
+    RoPE to it (`rope`). Any other batch writes with the write kernel and attends with the
+    torch path of the backend it extends."""
+
+    name = "paged-triton"
+    accepts_output = True  # the decode kernel writes straight into the layer's buffer
+    accepts_rope = True
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_cache: torch.Tensor,
+        metadata: PagedAttentionMetadata,
+        output: torch.Tensor | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        if metadata.uniform_decode and q.is_cuda and kv_cache is not None:
+            num_reqs = q.shape[0]
+            return triton_paged_decode(
+                q,
+                k,
+                v,
+                kv_cache,
+                metadata.block_tables[:num_reqs],
+                metadata.seq_lens[:num_reqs],
+                metadata.slot_mapping[:num_reqs],
+                self.scale,
+                output,
+                rope=rope,
+            )
+        if rope is not None:  # only the decode kernel rotates: rotate first
+            q, k = apply_deferred_rope(rope, q, k)
+        return super().forward(q, k, v, kv_cache, metadata)
+
+    def write_kv(self, kv_cache, k, v, slot_mapping) -> None:
+        if k.is_cuda:
+            triton_write_kv(kv_cache, k, v, slot_mapping)
+        else:
+            super().write_kv(kv_cache, k, v, slot_mapping)
+
+
+# ANCHOR_END: triton_backend
