@@ -273,17 +273,19 @@ def test_full_and_piecewise_routes_decode_to_full_and_mixed_to_piecewise(device)
 def test_capture_runs_attention_for_full_keys_only(device, monkeypatch):
     # A PIECEWISE graph leaves attention out, so its warm-up and capture runs skip it;
     # a FULL graph records attention, so both of its runs compute it.
-    from mini_vllm.attention.paged import PagedAttentionBackend
     from mini_vllm.forward_context import get_forward_context
+    from mini_vllm.layers.attention import Attention
 
     keys_seen = []
-    forward = PagedAttentionBackend.forward
+    run_backend = Attention.run_backend  # every backend's way in, the kernels' one too
 
-    def counting_forward(self, *args, **kwargs):
-        keys_seen.append(get_forward_context().batch_descriptor)
-        return forward(self, *args, **kwargs)
+    def counting_run_backend(self, *args, **kwargs):
+        context = get_forward_context()
+        if not context.skip_attention:  # the runs where attention computes
+            keys_seen.append(context.batch_descriptor)
+        return run_backend(self, *args, **kwargs)
 
-    monkeypatch.setattr(PagedAttentionBackend, "forward", counting_forward)
+    monkeypatch.setattr(Attention, "run_backend", counting_run_backend)
     llm = make_llm(
         device, cudagraph_mode="full_and_piecewise", cudagraph_capture_sizes=[1, 2, 4, 8]
     )

@@ -40,6 +40,7 @@ class LMHead(LinearBase):
         # (column-major on the CPU): a tied head then gets its own copy here, once the
         # shared table is loaded; nothing writes to either afterwards.
         if self.use_kernels:
-            weight = ops.linear_layout(self.weight.data)
-            if weight is not self.weight.data:
+            shared = self.weight.data
+            weight = ops.linear_layout(shared)
+            if weight is not shared:
                 self.weight = nn.Parameter(weight, requires_grad=False)
