@@ -57,7 +57,7 @@ ENV_VAR = "MINI_VLLM_CUSTOM_OPS"
 
 # The switch set around the code running now (the loader sets it while it builds a model;
 # a thread building another model sees its own).
-_building: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar(
+_current: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar(
     "mini_vllm_custom_ops", default=None
 )
 
@@ -96,7 +96,7 @@ def parse_custom_ops(spec: str | Iterable[str] | None) -> frozenset[str]:
 def current_custom_ops() -> frozenset[str]:
     """The setting around the code running now: a `custom_ops_context`'s, else
     MINI_VLLM_CUSTOM_OPS's."""
-    chosen = _building.get()
+    chosen = _current.get()
     return chosen if chosen is not None else parse_custom_ops(None)
 
 
@@ -109,11 +109,11 @@ def custom_ops_context(spec: str | Iterable[str] | frozenset[str] | None) -> Ite
         yield
         return
     chosen = spec if isinstance(spec, frozenset) else parse_custom_ops(spec)
-    token = _building.set(chosen)
+    token = _current.set(chosen)
     try:
         yield
     finally:
-        _building.reset(token)
+        _current.reset(token)
 
 
 _kernels_module: Any = None
