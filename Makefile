@@ -10,8 +10,8 @@ demo:            ## install what is missing, then run the demo
 test:            ## install what is missing, then run the whole test suite
 	$(PY) scripts/bootstrap.py test
 
-test-fast: setup ## the tests without the notebooks and the real weights
-	$(VENV_PY) -m pytest -n 2 -m "not real_weights" --ignore=tests/test_notebooks.py
+test-fast: setup ## the engine's own tests (tests/engine), without the real weights: the quick loop
+	$(VENV_PY) -m pytest -n 2 tests/engine -m "not real_weights"
 
 lint:            ## what CI checks first: ruff's lint rules and formatting (pyproject.toml)
 	$(PY) scripts/bootstrap.py lint
@@ -37,4 +37,4 @@ clean:
 
 .PHONY: browser-check
 browser-check: setup ## the site in headless Chromium (apt-get install -y chromium): no page wider than its column; screenshots in book/build/screenshots/
-	MINI_VLLM_REQUIRE_BROWSER=1 $(VENV_PY) -m pytest -q tests/test_site_browser.py
+	MINI_VLLM_REQUIRE_BROWSER=1 $(VENV_PY) -m pytest -q tests/course/test_site_browser.py

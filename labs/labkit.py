@@ -9,7 +9,7 @@ default) `impl` is the lab's own starter file; with `--impl=ref` it is the refer
 module in mini_vllm. The tests are the same file either way, so they can only check
 behaviour through the public names both expose.
 
-The meta-test (tests/test_labs_meta.py) points MINI_VLLM_STARTER_DIR at pristine
+The meta-test (tests/course/test_labs_meta.py) points MINI_VLLM_STARTER_DIR at pristine
 copies of the starters taken from git, so a student's filled-in starter cannot hide
 a test that would pass on the untouched one.
 """

@@ -2,8 +2,8 @@
 
 A `Mutant` names one mistake students make in a lab, as a textual change to one module
 of `mini_vllm`: `old` must occur exactly once in that module's source and becomes `new`.
-Each lab's mutants live in `tests/lab_checks/<phase>_<lab>.py` (instructors read them
-as the lab's common mistakes); `tests/test_lab_checks.py` runs the lab's tests against
+Each lab's mutants live in `tests/course/lab_checks/<phase>_<lab>.py` (instructors read them
+as the lab's common mistakes); `tests/course/test_lab_checks.py` runs the lab's tests against
 the reference with each mutant applied and fails if any mutant passes them all.
 
 The same file's `STEPS` says which reference functions each step of the lab asks for;

@@ -2,7 +2,10 @@
 
     from mini_vllm import LLM, SamplingParams
 
-What is where (each with the vLLM code it mirrors):
+What is where (each with the vLLM code it mirrors). The first three parts are the reading
+path: what a student reads to follow `LLM.generate`, plain torch throughout. The
+performance layer makes the same engine fast and can be switched off
+(`custom_ops="none"`, MINI_VLLM_CUSTOM_OPS=none); nothing on the reading path imports it.
 
 The public API
     llm.py            `LLM`: offline generation (vllm/entrypoints/llm.py)
@@ -15,13 +18,15 @@ The public API
 The engine (what `LLM` runs)
     engine/           requests, block manager, scheduler, model runner, graph dispatcher (vllm/v1/)
     config/           compilation and CUDA-graph modes, the capture-size ladder (vllm/config/)
-    compilation/      CUDA-graph wrappers, the piecewise split, compile backends, fusion passes
-                      (vllm/compilation/)
+    compilation/      CUDA-graph wrappers, the piecewise split, compile backends
+                      (vllm/compilation/); its passes/ and caching/ belong to the
+                      performance layer
     forward_context.py  what the current forward is, read by layers (vllm/forward_context.py)
     models/           the Llama model, the named shapes, the loader (vllm/model_executor/models/)
-    layers/           norm, RoPE, linear, activation, attention layer, sampler, their kernels
-                      (vllm/model_executor/layers/)
-    attention/        attention backends: contiguous and paged KV caches (vllm/v1/attention/)
+    layers/           norm, RoPE, linear, activation, attention layer, sampler: each a
+                      `forward_native` in plain torch (vllm/model_executor/layers/)
+    attention/        attention backends: contiguous and paged KV caches, the selector
+                      (vllm/v1/attention/, vllm/attention/selector.py)
     weights/          GGUF and safetensors readers, the converted-weights cache
                       (vllm/model_executor/model_loader/)
     tokenizer.py      tokenizers and incremental detokenisation (vllm/transformers_utils/)
@@ -29,6 +34,14 @@ The engine (what `LLM` runs)
     utils.py          small helpers shared by the engine and the tools (vllm/utils/)
     torch_utils.py    custom ops registered directly with the dispatcher
                       (vllm/utils/torch_utils.py)
+
+The performance layer
+    _custom_ops.py    the one door from the layers to the kernels, and the `custom_ops`
+                      switch (vllm/_custom_ops.py, CompilationConfig.custom_ops)
+    kernels/          Triton kernels and their launcher and tuning, the fused ops, the CPU's
+                      split products (csrc/, vllm/attention/ops/)
+    compat.py         every private torch and Triton name, the versions they were checked
+                      on, which fast paths are on and why (vllm/utils/torch_utils.py)
 
 The teaching models (one idea alone; the engine never imports them)
     teaching/         the CUDA-graph simulator, the launch-overhead timeline, Phase 00's loop

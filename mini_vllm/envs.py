@@ -6,22 +6,24 @@ Read them as attributes: `from mini_vllm import envs; envs.MINI_VLLM_PDL`.
 
     MINI_VLLM_CACHE      where converted weights and compiled artifacts are kept
                          (default: ~/.cache/mini_vllm)
-    MINI_VLLM_ATTENTION  "auto" (default): the paged backend runs its Triton kernels on CUDA;
-                         "torch": the plain torch path everywhere
+    MINI_VLLM_CUSTOM_OPS "all" (default): every layer that has kernels of mini_vllm's own
+                         runs them; "none": plain torch everywhere; then "+name" / "-name"
+                         for one op (mini_vllm/_custom_ops.py). The engine option
+                         `custom_ops` wins over it
     MINI_VLLM_PDL        "1" (default): the Triton kernels use programmatic dependent launch
                          where the GPU has it (Hopper on); "0": never
     MINI_VLLM_SKINNY_GEMM "0" (default): products of 2 to 64 rows go to cuBLAS; "1": to
                          the Triton skinny GEMM where it measures faster
-                         (mini_vllm/layers/triton_gemv.py; why it is off:
+                         (mini_vllm/kernels/gemv.py; why it is off:
                          benchmarks/results/decode-graphs-cuda-skinny.md)
     MINI_VLLM_TILE_TIMING "graph" (default): the Triton GEMV's autotuner times each tile
                          back to back in a CUDA graph, as the engine runs it; "triton":
-                         Triton's own timing, each call alone (mini_vllm/layers/triton_gemv.py
+                         Triton's own timing, each call alone (mini_vllm/kernels/gemv.py
                          `tile_time_ms`). Picks are kept in Triton's cache, whichever timing
                          made them: compare the two on fresh TRITON_CACHE_DIRs
     MINI_VLLM_COMPILE_CACHE "1" (default): a VLLM_COMPILE engine saves its compiled model
                          and a later start loads it instead of tracing again
-                         (mini_vllm/compilation/aot_cache.py); "0": trace and compile at
+                         (compilation/caching/aot_cache.py); "0": trace and compile at
                          every start (vLLM: VLLM_DISABLE_COMPILE_CACHE=1)
     MINI_VLLM_DEBUG      "1" (anything but "0"): the command line shows a user error's traceback too
 
@@ -41,7 +43,7 @@ from mini_vllm.errors import UserError
 
 if TYPE_CHECKING:
     MINI_VLLM_CACHE: Path = Path.home() / ".cache" / "mini_vllm"
-    MINI_VLLM_ATTENTION: str = "auto"
+    MINI_VLLM_CUSTOM_OPS: str = "all"
     MINI_VLLM_PDL: bool = True
     MINI_VLLM_SKINNY_GEMM: bool = False
     MINI_VLLM_TILE_TIMING: str = "graph"
@@ -70,7 +72,8 @@ _on_off = ("0", "1")
 
 environment_variables: dict[str, Callable[[], Any]] = {
     "MINI_VLLM_CACHE": _cache_root,
-    "MINI_VLLM_ATTENTION": _choice("MINI_VLLM_ATTENTION", "auto", ("auto", "torch")),
+    # Checked by mini_vllm/_custom_ops.py, which knows the op names.
+    "MINI_VLLM_CUSTOM_OPS": lambda: os.environ.get("MINI_VLLM_CUSTOM_OPS", "all"),
     "MINI_VLLM_PDL": lambda: _choice("MINI_VLLM_PDL", "1", _on_off)() == "1",
     "MINI_VLLM_SKINNY_GEMM": lambda: _choice("MINI_VLLM_SKINNY_GEMM", "0", _on_off)() == "1",
     "MINI_VLLM_TILE_TIMING": _choice("MINI_VLLM_TILE_TIMING", "graph", ("graph", "triton")),

@@ -44,7 +44,11 @@ class LLM:
         )
         start = time.perf_counter()
         loaded, tokenizer, _ = load_model(
-            config.model, device=config.device, dtype=config.dtype, seed=config.seed
+            config.model,
+            device=config.device,
+            dtype=config.dtype,
+            seed=config.seed,
+            custom_ops=config.custom_ops,
         )
         # Seconds to build the model and fill its weights (vLLM logs "Model loading took").
         self.load_seconds = time.perf_counter() - start

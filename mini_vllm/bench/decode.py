@@ -27,7 +27,7 @@ from datetime import date
 import torch
 
 from mini_vllm.bench.harness import transformers_twin
-from mini_vllm.compilation.compile_cache import inductor_cache_dir
+from mini_vllm.compilation.caching.compile_cache import inductor_cache_dir
 from mini_vllm.compilation.decorators import TorchCompileWrapper
 from mini_vllm.config.compilation import CompilationMode
 from mini_vllm.models.loader import load_model, resolve_device, resolve_dtype

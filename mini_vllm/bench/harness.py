@@ -54,6 +54,13 @@ MODES: dict[str, dict[str, object]] = {
     "compile-nofusion+full+async": dict(
         **_FULL, **_COMPILED, async_scheduling=True, enable_fusion=False
     ),
+    # The engine on plain torch (custom_ops="none", mini_vllm/_custom_ops.py): what
+    # mini_vllm's own kernels add, graphs and compilation still on.
+    "torch-only+eager": dict(enforce_eager=True, custom_ops="none"),
+    "torch-only+full": dict(**_FULL, custom_ops="none"),
+    "torch-only+compile+full+async": dict(
+        **_FULL, **_COMPILED, async_scheduling=True, custom_ops="none"
+    ),
 }
 
 

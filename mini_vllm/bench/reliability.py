@@ -13,8 +13,9 @@ where mini_vllm takes the failed step back and goes on (mini_vllm/engine/llm_eng
   the engine is not stuck (it serves the next call, outputs equal to solo runs), no
   KV block stays held, and no request is lost or ends twice.
 
-tests/test_faults.py asserts on these; `python -m mini_vllm bench reliability` runs
-them all and writes the figures as a table (benchmarks/results/reliability-cpu.md).
+tests/engine/test_faults.py (and, for the CUDA-graph modes, tests/gpu/test_faults_cuda.py)
+asserts on these; `python -m mini_vllm bench reliability` runs them all and writes the
+figures as a table (benchmarks/results/reliability-cpu.md).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ processes with and without the compile cache). Here each start is a fresh proces
   recompile torch's sources at every start, about 10 s on the H100 machine measured).
 
 Each start reports its phases: compiling (Dynamo, Inductor and the first run; at a warm
-start, loading the compiled model the cold one saved, mini_vllm/compilation/aot_cache.py),
+start, loading the compiled model the cold one saved, compilation/caching/aot_cache.py),
 capturing the CUDA graphs (a warm-up run and a capture per graph), and, counted inside
 those two, autotuning (the first launch of each Triton product kernel shape: timing its
 tiles, or reading the cached pick, and compiling it); and the total to the first token.
@@ -68,7 +68,7 @@ def measure_one_start(model: str, device: str, compilation_mode: str, cudagraph_
     """Build an engine in this process and serve one token; the phases in seconds."""
     started = time.perf_counter()
     from mini_vllm import LLM, SamplingParams
-    from mini_vllm.layers import triton_gemv
+    from mini_vllm import _custom_ops as ops
 
     imported = time.perf_counter()
     llm = LLM(
@@ -85,7 +85,7 @@ def measure_one_start(model: str, device: str, compilation_mode: str, cudagraph_
     compile_s = runner.compile_report.seconds if runner.compile_report else 0.0
     capture = runner.capture_report
     capture_s = capture.seconds if capture else 0.0
-    autotune_s = triton_gemv.autotune_seconds()
+    autotune_s = ops.autotune_seconds()
     return {
         "total_s": done - started,
         "compile_s": compile_s,

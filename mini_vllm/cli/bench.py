@@ -89,8 +89,9 @@ def _add_decode(p: argparse.ArgumentParser) -> None:
         "comma-separated modes among eager, full, piecewise, full_and_piecewise, "
         "compile, compile+full, compile+piecewise, compile+full_and_piecewise, full+async, "
         "compile+full+async (+async: async scheduling), compile-nofusion+full[+async] (without "
-        "the fusion pass); switches to the engine benchmark (default model there: "
-        "smollm2-135m, random weights)",
+        "the fusion pass), torch-only+eager, torch-only+full, torch-only+compile+full+async "
+        "(no kernel of mini_vllm's own: custom_ops=none); switches to the engine benchmark "
+        "(default model there: smollm2-135m, random weights)",
     )
     option(g, "--batch-sizes", "comma-separated", default="1,2,4,8,16,32,64")
     option(g, "--context-len", "prompt tokens before decoding", type=int, default=128)

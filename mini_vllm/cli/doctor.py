@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-MIN_TORCH = (2, 4)
+MIN_TORCH = (2, 11)  # the oldest torch the suites ran on (mini_vllm/compat.py)
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def _torch_checks() -> list[Check]:
             "torch",
             release >= MIN_TORCH,
             f"{torch.__version__} ({build})",
-            "" if release >= MIN_TORCH else "pip install -U 'torch>=2.4'",
+            "" if release >= MIN_TORCH else "pip install -U 'torch>=2.11'",
         )
     ]
     if torch.cuda.is_available():
@@ -92,6 +92,37 @@ def _torch_checks() -> list[Check]:
                 required=False,
             )
         )
+    return checks
+
+
+def _fast_path_checks() -> list[Check]:
+    """The versions against the ones mini_vllm was checked on, then every fast path, on or
+    off and why (mini_vllm/compat.py; the engine logs the same in one line at start-up)."""
+    if importlib.util.find_spec("torch") is None:
+        return []
+    from mini_vllm import _custom_ops as ops
+    from mini_vllm import compat
+
+    try:
+        kernels = ops.kernels_status()
+    except Exception as error:  # a MINI_VLLM_CUSTOM_OPS the table refuses
+        kernels = f"off ({error})"
+    import torch
+
+    verified = compat.torch_verified()
+    checks = [
+        Check(
+            "checked versions",
+            verified,
+            f"torch {torch.__version__} {'is' if verified else 'is not'} one the suites ran on "
+            f"(torch {', '.join(compat.VERIFIED_TORCH)}; Triton "
+            f"{', '.join(compat.VERIFIED_TRITON)}); the fast paths:",
+            "pip install -e '.[gpu]' on a GPU machine, torch==2.13.0 on a CPU one",
+            required=False,
+        )
+    ]
+    for path in compat.fast_paths(kernels):
+        checks.append(Check(f"  {path.name}", path.on, path.why, required=False))
     return checks
 
 
@@ -153,6 +184,7 @@ def collect() -> list[Check]:
         )
     ]
     checks += _torch_checks()
+    checks += _fast_path_checks()
     for distribution, purpose in [
         ("numpy", "arrays"),
         ("transformers", "the reference model and tokenizer"),

@@ -54,6 +54,12 @@ ENGINE_FLAGS: dict[str, tuple[str, dict]] = {
         "none, stock_torch_compile, dynamo_trace_once or vllm_compile (or 0-3)",
         dict(default="none"),
     ),
+    "custom_ops": (
+        "which layers run mini_vllm's own kernels: all, none, then +name or -name, "
+        "comma-separated (rms_norm, rotary_embedding, silu_and_mul, linear, "
+        "paged_attention; default: $MINI_VLLM_CUSTOM_OPS, else all)",
+        dict(),
+    ),
     "enable_fusion": (
         "vllm_compile's fusion pass (default: on with CUDA)",
         dict(action=argparse.BooleanOptionalAction),

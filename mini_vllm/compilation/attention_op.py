@@ -18,7 +18,9 @@ the model runner, from `static_forward_context(model)`), as vLLM does. Nothing g
 keeps a layer, so a dropped engine takes its KV cache with it. The op returns nothing
 and writes its result into `output`, which the model allocated before the op: that
 buffer belongs to the piece before the split, so under piecewise CUDA graphs it has a
-fixed address (see mini_vllm/layers/attention.py).
+fixed address (see mini_vllm/layers/attention.py). With the fusion passes on, the same
+op with RoPE folded in, `mini_vllm::attention_with_rope`, lives with the kernels
+(mini_vllm/kernels/fused_ops.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from mini_vllm.forward_context import get_forward_context
 from mini_vllm.layers.attention import Attention, attention_layers
 from mini_vllm.torch_utils import direct_register_custom_op
 
-__all__ = ["attention", "attention_with_rope", "use_attention_op"]
+__all__ = ["attention", "find_layer", "use_attention_op"]
 
 
 def use_attention_op(model: torch.nn.Module, enabled: bool = True) -> None:
@@ -39,7 +41,8 @@ def use_attention_op(model: torch.nn.Module, enabled: bool = True) -> None:
         layer.use_custom_op = enabled
 
 
-def _layer(layer_name: str) -> Attention:
+def find_layer(layer_name: str) -> Attention:
+    """The Attention layer named `layer_name` in the current forward context."""
     layers = get_forward_context().no_compile_layers
     if layer_name not in layers:
         raise RuntimeError(
@@ -55,7 +58,7 @@ def attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor, layer_name: str
 ) -> None:
     """q `[T, H*D]`, k and v `[T, Hkv*D]`; writes attention `[T, H*D]` into `output`."""
-    _layer(layer_name).run_backend(q, k, v, output)
+    find_layer(layer_name).run_backend(q, k, v, output)
 
 
 def _attention_fake(q, k, v, output, layer_name):
@@ -69,34 +72,3 @@ direct_register_custom_op(
 
 
 # ANCHOR_END: custom_op
-
-
-# ANCHOR: attention_with_rope
-def attention_with_rope(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    output: torch.Tensor,
-    layer_name: str,
-    positions: torch.Tensor,
-    cos_sin_cache: torch.Tensor,
-) -> None:
-    """`mini_vllm::attention` of q and k rotated by neox RoPE: what the fusion pass puts in
-    place of `rotary_embedding` then `attention`. A backend that can rotate inside its
-    kernel (`accepts_rope`) gets q and k unrotated; any other gets them rotated first."""
-    _layer(layer_name).run_backend(q, k, v, output, rope=(positions, cos_sin_cache))
-
-
-def _attention_with_rope_fake(q, k, v, output, layer_name, positions, cos_sin_cache):
-    return None
-
-
-direct_register_custom_op(
-    "attention_with_rope",
-    attention_with_rope,
-    mutates_args=["output"],
-    fake_impl=_attention_with_rope_fake,
-)
-
-
-# ANCHOR_END: attention_with_rope

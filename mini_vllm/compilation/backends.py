@@ -83,7 +83,7 @@ def build_graph_forward(
     Without compilation the pieces come from torch.fx (attention kept opaque); with
     VLLM_COMPILE they come from Dynamo's trace, split and compiled by the piecewise
     backend at the first call; with the other compile levels there are no pieces.
-    `fusion` (VLLM_COMPILE only) runs mini_vllm/compilation/fusion.py; None: on for CUDA,
+    `fusion` (VLLM_COMPILE only) runs mini_vllm/compilation/passes/fusion.py; None: on for CUDA,
     where its fused kernels exist.
     """
     counters = GraphCounters()

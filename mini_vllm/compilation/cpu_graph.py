@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
+
+from mini_vllm import compat
+from mini_vllm.compat import tree_flatten, tree_map
 
 __all__ = ["CPUGraph", "CallableGraph", "CaptureError", "cpu_graph"]
 
@@ -53,15 +54,15 @@ class CaptureError(RuntimeError):
 
 @dataclass
 class _Node:
-    func: torch._ops.OpOverload
+    func: Any  # an ATen op overload
     args: tuple
     kwargs: dict
     outputs: Any  # what the capture produced; replay writes into these tensors
     mode: str  # "mutate" (re-run for its side effect), "view" (nothing to do), "compute"
 
 
-def _replay_mode(func: torch._ops.OpOverload) -> str:
-    schema = func._schema
+def _replay_mode(func: Any) -> str:
+    schema = compat.op_schema(func)
     if any(arg.alias_info is not None and arg.alias_info.is_write for arg in schema.arguments):
         return "mutate"  # in-place or out= ops: re-running them redoes the write
     if any(ret.alias_info is not None for ret in schema.returns):
@@ -69,7 +70,7 @@ def _replay_mode(func: torch._ops.OpOverload) -> str:
     return "compute"
 
 
-class _RecordingMode(TorchDispatchMode):
+class _RecordingMode(compat.dispatch_mode_base()):
     def __init__(self, graph: CPUGraph) -> None:
         super().__init__()
         self.graph = graph

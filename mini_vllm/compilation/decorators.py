@@ -17,7 +17,7 @@ How a decorated model runs, by CompilationMode:
 - VLLM_COMPILE: trace once, with mini_vllm's piecewise backend (split at attention,
   Inductor per piece, PIECEWISE CUDA-graph wrappers). Where torch can (2.10 on), the
   one trace is an AOT compile whose result is saved, and a later start of the same
-  model loads it without tracing (mini_vllm/compilation/aot_cache.py; vLLM's
+  model loads it without tracing (mini_vllm/compilation/caching/aot_cache.py; vLLM's
   VLLM_USE_AOT_COMPILE).
 The token dimension of the tensor arguments is marked dynamic before the one trace,
 so one compiled graph serves every batch size.
@@ -33,15 +33,16 @@ from pathlib import Path
 
 import torch
 
-from mini_vllm.compilation import aot_cache
+from mini_vllm import compat
 from mini_vllm.compilation.attention_op import use_attention_op
+from mini_vllm.compilation.caching import aot_cache
 from mini_vllm.compilation.piecewise_backend import (
     CompileStats,
     PiecewiseCompileBackend,
     inductor_compile,
 )
 from mini_vllm.config.compilation import CompilationMode
-from mini_vllm.layers.custom_op import use_custom_ops
+from mini_vllm.layers.custom_op import emit_custom_ops
 
 __all__ = ["TorchCompileWrapper", "support_torch_compile"]
 
@@ -132,12 +133,15 @@ class TorchCompileWrapper:
         self._original_code = type(model).forward.__code__
         self._compiled_code = None
         self._capturing_code = False
+        self._traced = False  # the first call has traced and compiled the model
         # Removed once the compiled code is captured: a hook left registered would keep
-        # this wrapper, and through it the model and its KV cache, alive for ever.
-        self._hook = torch._dynamo.convert_frame.register_bytecode_hook(self._bytecode_hook)
+        # this wrapper, and through it the model and its KV cache, alive for ever. Where
+        # torch has no such hook (mini_vllm/compat.py), Dynamo checks its guards on every
+        # call instead of the code running once traced.
+        self._hook = compat.register_bytecode_hook(self._bytecode_hook)
         # One entry per compiled model in Dynamo's cache of this code object; tests and
         # benchmarks build many engines in one process.
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        compat.raise_recompile_limit(64)
         self.compiled = torch.compile(
             model.forward, backend=self.backend, fullgraph=True, dynamic=False
         )
@@ -166,22 +170,23 @@ class TorchCompileWrapper:
         if self.trace_once and self._compiled_code is not None:
             with self._dispatch_to_compiled_code():
                 return self.model.forward(*args, **kwargs)
-        if self._compiled_code is None and self._uses_aot_compile():
+        if self._traced:  # without the bytecode hook: Dynamo checks its guards each call
+            return self.compiled(*args, **kwargs)
+        if self._uses_aot_compile():
             self._aot_compiled = self._load_or_aot_compile(args, kwargs)
             if self._aot_compiled is not None:
                 return self._aot_compiled(self.model, *args, **kwargs)
-        if self._compiled_code is None:
-            self._mark_dynamic(args, kwargs)
-            self._capturing_code = True
-            # A backend with fusion passes needs the layers' custom ops in the trace.
-            try:
-                with use_custom_ops(getattr(self.backend, "uses_custom_ops", False)):
-                    return self.compiled(*args, **kwargs)
-            finally:
-                self._capturing_code = False
-                if self._compiled_code is not None:
-                    self._hook.remove()
-        return self.compiled(*args, **kwargs)
+        self._mark_dynamic(args, kwargs)
+        self._capturing_code = True
+        # A backend with fusion passes needs the layers' custom ops in the trace.
+        try:
+            with emit_custom_ops(getattr(self.backend, "uses_custom_ops", False)):
+                result = self.compiled(*args, **kwargs)
+        finally:
+            self._capturing_code = False
+        self._traced = True
+        self._remove_hook()
+        return result
 
     # ANCHOR_END: trace_once
 
@@ -202,17 +207,17 @@ class TorchCompileWrapper:
         forward = type(self.model).forward
         loaded = aot_cache.load_compiled_model(self.artifact_path, forward.__globals__)
         if loaded is not None:
-            # What the backend returned, as torch keeps it (vLLM reads it there too).
-            self.backend.adopt(loaded._artifacts.compiled_fn)
+            compiled, saved = loaded
+            self.backend.adopt(saved)
             self.loaded_from_disk = True
-            self._hook.remove()
-            return loaded
+            self._remove_hook()
+            return compiled
         self._mark_dynamic(args, kwargs)
         self.backend.serializable = True
         # torch 2.10/2.11 give `aot_compile` only to a function compiled under this flag.
         # No guards are kept: as with trace once, nothing they would check varies, and a
         # guard on the model would have to save the model's state with the compiled code.
-        with torch._dynamo.config.patch(enable_aot_compile=True):
+        with compat.aot_compile_context():
             compiler = torch.compile(
                 forward,
                 backend=self.backend,
@@ -221,7 +226,7 @@ class TorchCompileWrapper:
                 options={"guard_filter_fn": lambda guards: [False for _ in guards]},
             )
         try:
-            with use_custom_ops(getattr(self.backend, "uses_custom_ops", False)):
+            with emit_custom_ops(getattr(self.backend, "uses_custom_ops", False)):
                 compiled = compiler.aot_compile(((self.model, *args), kwargs))
         except Exception as error:
             logger.warning(
@@ -235,7 +240,7 @@ class TorchCompileWrapper:
             return None
         compiled.disable_guard_check()  # as trace once: nothing the guards check varies
         self.saved_to_disk = aot_cache.save_compiled_model(compiled, self.artifact_path)
-        self._hook.remove()
+        self._remove_hook()
         return compiled
 
     # ANCHOR_END: aot_compile
@@ -247,7 +252,7 @@ class TorchCompileWrapper:
         for name, dim in type(self.model)._dynamic_arg_dims.items():
             value = bound.arguments.get(name)
             if isinstance(value, torch.Tensor):
-                torch._dynamo.mark_dynamic(value, dim)
+                compat.mark_dynamic(value, dim)
 
     @property
     def num_recompiles(self) -> int:
@@ -259,8 +264,13 @@ class TorchCompileWrapper:
         model that an earlier engine compiled: benchmarks share one model between modes)."""
         wrapper = model.__dict__.pop("_compile_wrapper", None)
         if wrapper is not None:
-            wrapper._hook.remove()
+            wrapper._remove_hook()
         use_attention_op(model, enabled=False)
+
+    def _remove_hook(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
 
 
 # ANCHOR_END: compile_wrapper

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from mini_vllm import compat
+
 __all__ = ["BreakReport", "explain_graph_breaks", "fullgraph_ok"]
 
 
@@ -34,7 +36,7 @@ class BreakReport:
 # ANCHOR: explain
 def explain_graph_breaks(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> BreakReport:
     """Trace `fn(*args)` with Dynamo and report how many graphs it took and why it broke."""
-    explanation = torch._dynamo.explain(fn)(*args, **kwargs)
+    explanation = compat.dynamo_explain(fn)(*args, **kwargs)
     reasons = []
     for brk in explanation.break_reasons:
         where = ""

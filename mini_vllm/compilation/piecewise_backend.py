@@ -11,8 +11,8 @@ Dynamo hands the backend one FX graph of the whole forward, in which each attent
 a single `mini_vllm::attention` node, and example inputs that are fake tensors whose
 first dimension is the symbol for the number of tokens. The backend:
 0. with fusion on, folds each norm and SwiGLU activation into the product after it and
-   RoPE into attention (mini_vllm/compilation/fusion.py; vLLM runs its fusion passes
-   inside Inductor);
+   RoPE into attention (mini_vllm/compilation/passes/fusion.py; vLLM runs its fusion
+   passes inside Inductor);
 1. splits the graph at the attention nodes (k attention calls -> at most k + 1 pieces);
 2. runs the split module on the fake inputs, so that each piece sees fake inputs of the
    right (symbolic) shapes, and compiles each non-attention piece with Inductor right
@@ -22,7 +22,7 @@ first dimension is the symbol for the number of tokens. The backend:
 Identical pieces (every middle layer looks the same to Inductor) hit Inductor's FX-graph
 cache, so a 30-layer model compiles little more than three distinct pieces.
 
-Under an AOT compile (mini_vllm/compilation/aot_cache.py) each piece is compiled as a
+Under an AOT compile (mini_vllm/compilation/caching/aot_cache.py) each piece is compiled as a
 standalone artifact and the backend returns a `CompiledSplitModel` that torch can save;
 a later start loads it and `adopt` installs its pieces without tracing or compiling.
 """
@@ -37,10 +37,11 @@ from typing import Any
 import torch
 import torch.fx
 
-from mini_vllm.compilation.aot_cache import CompiledSplitModel
+from mini_vllm import compat
+from mini_vllm.compilation.caching.aot_cache import CompiledSplitModel
 from mini_vllm.compilation.cuda_graph import CUDAGraphWrapper, GraphCounters
-from mini_vllm.compilation.fusion import run_fusion_passes
 from mini_vllm.compilation.graph_backend import GraphBackend
+from mini_vllm.compilation.passes.fusion import run_fusion_passes
 from mini_vllm.compilation.split import SplitItem, is_attention_node, split_graph
 from mini_vllm.config.compilation import CUDAGraphMode
 
@@ -120,20 +121,17 @@ class CompiledPiece:
 
 # ANCHOR: inductor_config
 # Inductor's pattern matcher rewrites `residual + linear(x)` as one `addmm`. cuBLAS then
-# first copies the residual into the output buffer, one more node in the graph (about
-# 2 µs on an H100 with its gap), twice a layer; left alone, the add fuses into the
-# RMSNorm kernel that reads the sum anyway. The model has no other pattern to match (no
-# biases, attention is an opaque op), so the matcher is off for our pieces. Measured on
-# an H100, SmolLM2 shape, compiled + FULL forward at batch 1: 1.280 ms with the matcher,
-# 1.183 ms without (1.365 and 1.197 ms at batch 8).
+# first copies the residual into the output buffer, one more node in the graph, twice a
+# layer; left alone, the add fuses into the RMSNorm kernel that reads the sum anyway. The
+# model has no other pattern to match (no biases, attention is an opaque op), so the
+# matcher is off for our pieces: the compiled step is faster without it
+# (benchmarks/results/decode-graphs-cuda-step-by-step.md).
 INDUCTOR_CONFIG = {"pattern_matcher": False}
 # ANCHOR_END: inductor_config
 
 
 def inductor_compile(gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
-    from torch._inductor.compile_fx import compile_fx
-
-    return compile_fx(gm, example_inputs, config_patches=INDUCTOR_CONFIG)
+    return compat.inductor_compile(gm, example_inputs, INDUCTOR_CONFIG)
 
 
 def standalone_compile(gm: torch.fx.GraphModule, example_inputs: list) -> tuple[Any, bytes]:
@@ -145,13 +143,7 @@ def standalone_compile(gm: torch.fx.GraphModule, example_inputs: list) -> tuple[
     """
     import pickle
 
-    compiled = torch._inductor.standalone_compile(
-        gm,
-        example_inputs,
-        dynamic_shapes="from_graph",
-        options={"config_patches": INDUCTOR_CONFIG},
-        aot=True,
-    )
+    compiled = compat.standalone_compile(gm, example_inputs, INDUCTOR_CONFIG)
     return compiled, pickle.dumps(compiled.serialize())
 
 
@@ -182,15 +174,15 @@ class PiecewiseCompileBackend:
     ) -> None:
         self.pieces = pieces
         self.stats = stats if stats is not None else CompileStats()
-        self.fusion = fusion  # run the fusion passes (mini_vllm/compilation/fusion.py)
+        self.fusion = fusion  # run the fusion passes (compilation/passes/fusion.py)
         # Set by the compile wrapper for an AOT compile: each piece is compiled as a
-        # standalone artifact and the result can be saved (mini_vllm/compilation/aot_cache.py).
+        # standalone artifact and the result can be saved (compilation/caching/aot_cache.py).
         self.serializable = False
 
     @property
     def uses_custom_ops(self) -> bool:
         """The fusion passes match the layers' custom ops: the compile wrapper reads this
-        and traces the model with them (mini_vllm/layers/custom_op.py)."""
+        and traces the model emitting them (mini_vllm/layers/custom_op.py)."""
         return self.fusion
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
@@ -211,9 +203,7 @@ class PiecewiseCompileBackend:
                 return  # attention: stays the opaque eager op
             self.stats.compiled_pieces += 1
             if self.serializable:
-                from torch._inductor.compile_fx import graph_returns_tuple
-
-                returns_tuple[name] = graph_returns_tuple(module)
+                returns_tuple[name] = compat.graph_returns_tuple(module)
                 # Called in this process, the artifact returns what the graph returns.
                 runnable, artifacts[name] = standalone_compile(module, list(args))
             else:
@@ -226,21 +216,8 @@ class PiecewiseCompileBackend:
         # ones; run the pieces entirely on fake tensors (no real compute, symbolic sizes).
         # The Python dispatcher lets the meta functions see symbolic sizes (Dynamo has it
         # on around its backend call, an AOT compile does not).
-        fake_mode = torch._guards.detect_fake_mode(example_inputs)
-        if fake_mode is None:
-            from torch._subclasses.fake_tensor import FakeTensorMode
-
-            fake_mode = FakeTensorMode()
-        from torch._dispatch.python import enable_python_dispatcher
-        from torch._subclasses.fake_tensor import FakeTensor
-
-        fake_inputs = [
-            fake_mode.from_tensor(x)
-            if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor)
-            else x
-            for x in example_inputs
-        ]
-        with fake_mode, enable_python_dispatcher():
+        fake_context, fake_inputs = compat.fake_tensor_context(example_inputs)
+        with fake_context:
             _PieceCompiler(split, compile_piece).run(*fake_inputs)
         self.stats.seconds += time.perf_counter() - start
         if not self.serializable:

@@ -18,7 +18,7 @@ Blocks are taken lazily, only for tokens about to be computed: a table always ho
 exactly ceil(covered tokens / block_size) blocks, and a decoding sequence takes a new
 block only when its next token crosses a block boundary.
 
-Invariants (tests/test_block_manager.py checks them under random operations):
+Invariants (tests/engine/test_block_manager.py checks them under random operations):
 - every block is free (ref count 0, in the free pool) or used (ref count > 0), so
   num_free_blocks + num_used_blocks == num_blocks;
 - a block's ref count is the number of live block tables that hold it;

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from mini_vllm import _custom_ops as ops
 from mini_vllm.config.capture_sizes import normalize_capture_sizes
 from mini_vllm.config.compilation import CompilationMode, CUDAGraphMode
 from mini_vllm.engine.scheduler_config import SchedulerConfig
@@ -37,7 +38,7 @@ class EngineConfig:
     seed: int = 0  # random weights and unseeded sampling
     # Intra-op threads on CPU while generating; "auto" and None: PyTorch's setting
     # (every core: small decode steps split their products over the cores, see
-    # mini_vllm/layers/linear.py); a number: that many.
+    # mini_vllm/kernels/cpu.py); a number: that many.
     cpu_threads: int | str | None = "auto"
 
     max_num_seqs: int = 16  # requests in one batch at most
@@ -59,8 +60,14 @@ class EngineConfig:
     cudagraph_capture_sizes: list[int] | None = None  # None: vLLM's default ladder
     debug_cudagraphs: bool = False  # check input addresses on every replay
     compilation_mode: CompilationMode | str | int = CompilationMode.NONE
+    # Which layers run mini_vllm's own kernels (vLLM: CompilationConfig.custom_ops): "all",
+    # "none", then "+name" / "-name" (mini_vllm/_custom_ops.py); a string or a list. None:
+    # the setting around (the environment's MINI_VLLM_CUSTOM_OPS, else "all"). Held as the
+    # set of ops it turns on.
+    custom_ops: str | list[str] | frozenset[str] | None = None
     # VLLM_COMPILE's fusion pass (norm / SwiGLU into the next product; vLLM: PassConfig's
-    # fusion switches). None: on for CUDA, where the fused kernels exist.
+    # fusion switches). None: on for CUDA, where the fused kernels exist and `linear` runs
+    # them.
     enable_fusion: bool | None = None
     # Plan step N+1 while the device computes step N (vLLM: --async-scheduling); see
     # mini_vllm/engine/async_scheduler.py. Tokens are the same; steps overlap.
@@ -68,6 +75,10 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         self._check_fields()
+        if self.custom_ops is None:
+            self.custom_ops = ops.current_custom_ops()
+        elif not isinstance(self.custom_ops, frozenset):
+            self.custom_ops = ops.parse_custom_ops(self.custom_ops)
         if self.cudagraph_mode is None:
             on_gpu = self.device.startswith("cuda")
             self.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE if on_gpu else CUDAGraphMode.NONE
@@ -79,6 +90,12 @@ class EngineConfig:
             raise UserError(
                 "enable_fusion=True needs compilation_mode='vllm_compile' (the fusion passes run "
                 "in its compile backend) and no enforce_eager; leave enable_fusion unset otherwise"
+            )
+        if self.enable_fusion and "linear" not in self.custom_ops:
+            raise UserError(
+                "enable_fusion=True folds norms and activations into mini_vllm's product "
+                "kernels, which custom_ops turns off here; add '+linear' to custom_ops, or "
+                "leave enable_fusion unset"
             )
         if self.enforce_eager:
             self.cudagraph_mode = CUDAGraphMode.NONE
@@ -156,6 +173,13 @@ class EngineConfig:
                 f"unknown engine option(s) {unknown}; known: {', '.join(sorted(known))}"
             )
         return cls(**kwargs)
+
+    def fusion_enabled(self) -> bool:
+        """Whether VLLM_COMPILE runs the fusion passes: as asked, else on CUDA where the
+        product kernels they fuse into are on."""
+        if self.enable_fusion is not None:
+            return self.enable_fusion
+        return self.device.startswith("cuda") and ops.enabled("linear", self.custom_ops)
 
     def scheduler_config(self, max_model_len: int) -> SchedulerConfig:
         return SchedulerConfig(

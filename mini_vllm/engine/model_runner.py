@@ -29,13 +29,12 @@ from dataclasses import dataclass
 
 import torch
 
-from mini_vllm.attention.paged import (
-    PagedAttentionBackend,
-    PagedAttentionMetadata,
-    allocate_paged_kv_caches,
-)
+from mini_vllm import _custom_ops as ops
+from mini_vllm import compat
+from mini_vllm.attention.paged import PagedAttentionMetadata, allocate_paged_kv_caches
+from mini_vllm.attention.selector import get_attn_backend
 from mini_vllm.compilation.backends import GraphForward, build_graph_forward
-from mini_vllm.compilation.compile_cache import CompileReport, compile_and_record
+from mini_vllm.compilation.caching.compile_cache import CompileReport, compile_and_record
 from mini_vllm.compilation.graph_backend import graph_backend_for
 from mini_vllm.compilation.monitor import set_cudagraph_capturing_enabled
 from mini_vllm.config.capture_sizes import (
@@ -58,6 +57,7 @@ from mini_vllm.layers.attention import (
     bind_kv_caches,
     static_forward_context,
 )
+from mini_vllm.layers.custom_op import set_custom_ops
 from mini_vllm.layers.sampler import Sampler, make_generator
 
 __all__ = ["CaptureReport", "ModelRunner", "SampledTokens"]
@@ -111,6 +111,10 @@ class ModelRunner:
         self.max_model_len = max_model_len
         self.max_num_tokens = config.max_num_batched_tokens
         self.max_blocks_per_seq = math.ceil(max_model_len / config.block_size)
+        # Each layer runs mini_vllm's own kernels or its plain torch code, as the engine's
+        # `custom_ops` setting says (mini_vllm/_custom_ops.py); so does attention, below.
+        set_custom_ops(model, config.custom_ops)
+        compat.log_fast_paths(ops.kernels_status(config.custom_ops))
 
         # ANCHOR: kv_cache
         self.num_kv_blocks = num_kv_blocks
@@ -123,7 +127,7 @@ class ModelRunner:
             self.dtype,
             self.device,
         )
-        self.attn_backend = PagedAttentionBackend()
+        self.attn_backend = get_attn_backend(self.device, config.custom_ops)
         bind_kv_caches(model, self.attn_backend, self.kv_caches)
         # A model may outlive its engine (benchmarks build one engine after another on
         # one model): when this runner goes, its cache must not stay bound to the layers.
@@ -186,7 +190,7 @@ class ModelRunner:
             pool=self.graph_pool,
             debug=config.debug_cudagraphs,
             compilation_mode=self.compilation_mode,
-            fusion=config.enable_fusion,
+            fusion=config.fusion_enabled(),
         )
         self.capture_report: CaptureReport | None = None
         self.compile_report: CompileReport | None = None

@@ -21,7 +21,6 @@ from torch import nn
 
 from mini_vllm.errors import UserError
 from mini_vllm.forward_context import get_forward_context
-from mini_vllm.layers.rotary_embedding import apply_deferred_rope
 
 if TYPE_CHECKING:
     from mini_vllm.attention.backend import AttentionBackend
@@ -88,18 +87,15 @@ class Attention(nn.Module):
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """The backend's attention over this layer's KV cache, with the step's metadata from
-        the forward context (what the compiled op calls too). `rope` (positions, table):
-        q and k still need rotating; a backend that cannot rotate inside its kernel gets
-        them rotated first."""
+        the forward context (what the compiled op calls too). `rope` (positions, table),
+        for a backend that `accepts_rope`: q and k still need rotating, and its kernel
+        does it (the fusion of RoPE into attention, mini_vllm/kernels/fused_ops.py)."""
         context = get_forward_context()
         num_tokens = q.shape[0]
         if context.skip_attention:  # a dummy run: nobody reads what attention computes
             if output is None:
                 return q.new_zeros(num_tokens, self.num_heads * self.head_dim)
             return output.zero_()
-        if rope is not None and not self.impl.accepts_rope:
-            q, k = apply_deferred_rope(rope, q, k)
-            rope = None
         metadata = context.attn_metadata
         if metadata is None:
             raise RuntimeError(

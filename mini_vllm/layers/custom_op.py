@@ -3,78 +3,88 @@
 vLLM counterpart: vllm/model_executor/custom_op.py (`CustomOp`: a layer writes
 `forward_native` and, where a faster kernel exists, `forward_cuda`, `forward_cpu`, ...;
 `dispatch_forward` picks one when the layer is built, from the platform and from whether
-the compile configuration enables custom ops).
+the `custom_ops` setting enables the op, `CustomOp.enabled()`).
 
-Here one model object runs in several ways in the same process (eagerly, traced by
-torch.fx for piecewise graphs, compiled by Dynamo and Inductor, compiled for the fusion
-passes), so the choice is made on every call, by `CustomOp.forward`, in this order:
+A layer subclasses `CustomOp`, names its op (`name`, as the `custom_ops` switch knows it),
+writes `forward_native`, plain torch that any device runs, and overrides only what
+differs. Whether the layer may use the kernels at all is decided when it is built, as in
+vLLM (`use_kernels`, from the switch: mini_vllm/_custom_ops.py); the engine sets it again
+on every layer of the model it runs (`set_custom_ops`). With the kernels off, every call
+is `forward_native`.
 
-1. Dynamo traces for the fusion passes (inside `use_custom_ops`): `forward_custom_op`,
+With them on, the choice is made on every call, because one model object runs in several
+ways in the same process (eagerly, traced by torch.fx for piecewise graphs, compiled by
+Dynamo and Inductor, compiled for the fusion passes), in this order:
+
+1. torch.fx traces (the piecewise split of an uncompiled model, its inputs are proxies):
+   `forward_native`. FX records whatever runs, op by op, so a kernel call would be baked
+   into the graph.
+2. Dynamo traces for the fusion passes (inside `emit_custom_ops`): `forward_custom_op`,
    one `mini_vllm::` op a pass can recognise and fold into its neighbour
-   (mini_vllm/compilation/fusion.py; vLLM's passes match its `torch.ops._C` ops).
-2. Dynamo traces otherwise: `forward_compiled`, by default `forward_native`: plain torch
+   (mini_vllm/compilation/passes/fusion.py).
+3. Dynamo traces otherwise: `forward_compiled`, by default `forward_native`: plain torch
    ops, which Inductor fuses itself better than any eager shortcut.
-3. torch.fx traces (the piecewise split of an uncompiled model): `forward_native`. FX
-   records whatever runs, op by op, so an eager shortcut would be baked into the graph.
 4. Eagerly: `forward_cuda` for a CUDA input, `forward_cpu` for a CPU one; each is
    `forward_native` unless the layer has something faster.
-
-A layer subclasses `CustomOp`, writes `forward_native`, and overrides only what differs.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
-import torch.fx._symbolic_trace as _fx_trace
 from torch import nn
 
-__all__ = ["CustomOp", "custom_ops_enabled", "use_custom_ops"]
+from mini_vllm import _custom_ops as ops
 
-# torch >= 2.6 has a quiet spelling; `is_fx_tracing` logs a warning on every process.
-_fx_symbolic_tracing = getattr(_fx_trace, "is_fx_symbolic_tracing", _fx_trace.is_fx_tracing)
+__all__ = ["CustomOp", "emit_custom_ops", "emitting_custom_ops", "set_custom_ops"]
 
-_custom_ops = {"enabled": False}
+_emit = {"enabled": False}
 
 
 @torch.compiler.assume_constant_result
-def _custom_ops_flag() -> bool:
+def _emit_flag() -> bool:
     # Read once while Dynamo traces and baked into the graph: no guard, no recompile.
-    return _custom_ops["enabled"]
+    return _emit["enabled"]
 
 
-def custom_ops_enabled() -> bool:
+def emitting_custom_ops() -> bool:
     """True while Dynamo traces for the fusion passes: layers emit their `mini_vllm::` ops."""
-    return torch.compiler.is_compiling() and _custom_ops_flag()
+    return torch.compiler.is_compiling() and _emit_flag()
 
 
 @contextlib.contextmanager
-def use_custom_ops(enabled: bool = True) -> Iterator[None]:
+def emit_custom_ops(enabled: bool = True) -> Iterator[None]:
     """Trace with the layers' `mini_vllm::` ops (the compile wrapper sets it around the
     call that traces, for a backend that runs the fusion passes)."""
-    previous = _custom_ops["enabled"]
-    _custom_ops["enabled"] = enabled
+    previous = _emit["enabled"]
+    _emit["enabled"] = enabled
     try:
         yield
     finally:
-        _custom_ops["enabled"] = previous
+        _emit["enabled"] = previous
 
 
 # ANCHOR: custom_op
 class CustomOp(nn.Module):
     """Base of the layers with several implementations; `forward` picks one per call."""
 
+    name: ClassVar[str] = ""  # the op's name in the `custom_ops` switch
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.use_kernels = ops.enabled(self.name)
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        first = args[0]  # every layer's first argument is a tensor
+        if not self.use_kernels or isinstance(first, torch.fx.Proxy):
+            return self.forward_native(*args, **kwargs)
         if torch.compiler.is_compiling():
-            if _custom_ops_flag():
+            if _emit_flag():
                 return self.forward_custom_op(*args, **kwargs)
             return self.forward_compiled(*args, **kwargs)
-        if _fx_symbolic_tracing():
-            return self.forward_native(*args, **kwargs)
-        first = args[0]  # every layer's first argument is a tensor
         # (`is_cuda` rather than `device.type`: a third of the cost, on every eager call.)
         if first.is_cuda:
             return self.forward_cuda(*args, **kwargs)
@@ -100,3 +110,11 @@ class CustomOp(nn.Module):
 
 
 # ANCHOR_END: custom_op
+
+
+def set_custom_ops(model: nn.Module, chosen: frozenset[str]) -> None:
+    """Turn every CustomOp layer of `model` to its kernels or to `forward_native`, as the
+    `custom_ops` setting `chosen` says (what an engine does to the model it runs)."""
+    for module in model.modules():
+        if isinstance(module, CustomOp):
+            module.use_kernels = ops.enabled(module.name, chosen)

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mini_vllm.layers.linear import LinearBase, cpu_gemv_layout
+from mini_vllm import _custom_ops as ops
+from mini_vllm.layers.linear import LinearBase
 
 __all__ = ["LMHead", "VocabEmbedding"]
 
@@ -35,8 +36,11 @@ class LMHead(LinearBase):
         super().__init__(hidden_size, vocab_size)
 
     def process_weights_after_loading(self) -> None:
-        # On CPU the head is read faster column-major (see layers/linear.py), but the
-        # embedding lookup wants rows. A tied head therefore gets its own copy here,
-        # once the shared table is loaded; nothing writes to either afterwards.
-        if self.weight.device.type == "cpu" and self.weight.is_contiguous():
-            self.weight = nn.Parameter(cpu_gemv_layout(self.weight.data), requires_grad=False)
+        # The kernels may read the head in another layout than the embedding lookup's rows
+        # (column-major on the CPU): a tied head then gets its own copy here, once the
+        # shared table is loaded; nothing writes to either afterwards.
+        if self.use_kernels:
+            shared = self.weight.data
+            weight = ops.linear_layout(shared)
+            if weight is not shared:
+                self.weight = nn.Parameter(weight, requires_grad=False)

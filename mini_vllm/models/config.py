@@ -195,7 +195,7 @@ MODEL_CONFIGS: dict[str, LlamaConfig] = {
     # covers the 256 bytes plus BOS/EOS so the byte tokenizer can drive it. Weights of
     # std 0.2, not 0.02: at 0.02 the residual stream is the last token's embedding and
     # greedy decoding repeats it whatever came before, so a test could not tell a
-    # correct KV cache from a corrupted one (tests/test_engine.py checks it can).
+    # correct KV cache from a corrupted one (tests/engine/test_engine.py checks it can).
     "tiny": LlamaConfig(
         vocab_size=260, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5,

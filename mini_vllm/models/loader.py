@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from mini_vllm import _custom_ops as ops
 from mini_vllm.errors import UserError
 from mini_vllm.models.config import MODEL_CONFIGS, LlamaConfig, get_model_config
 from mini_vllm.models.llama import LlamaForCausalLM
@@ -156,7 +157,7 @@ def random_init(
             param.data.fill_(1.0)
             continue
         # Blocks of whole rows of the [out, in] matrix, the same numbers in every layout
-        # (a CPU weight is stored transposed, mini_vllm/layers/linear.py `new_weight`).
+        # (the kernels store a CPU weight transposed, mini_vllm/kernels/cpu.py).
         matrix = param.data if param.dim() == 2 else param.data.view(-1, 1)
         rows = max(1, RANDOM_INIT_BLOCK // matrix.shape[1])
         for block, start in enumerate(range(0, matrix.shape[0], rows)):
@@ -261,18 +262,20 @@ def load_model(
     dtype: str | torch.dtype | None = torch.float32,
     seed: int = 0,
     progress: bool = True,
+    custom_ops: str | list[str] | frozenset[str] | None = None,
 ):
     """Build a model and fill its weights: returns `(model, tokenizer or None, config)`.
 
-    The model is in eval mode with its weights laid out for `device`; run it under
-    `torch.inference_mode()`.
+    The model is in eval mode with its weights laid out for `device` and for the kernels
+    that `custom_ops` turns on (mini_vllm/_custom_ops.py; None: MINI_VLLM_CUSTOM_OPS); run
+    it under `torch.inference_mode()`.
     """
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
     # Loading is copies into fresh memory, bound by page faults, not arithmetic. On the
     # course's 2-core VM a second OpenMP thread only adds wake-up stalls (a copy of a few
     # MB measured 5 ms alone, up to 24 ms with two threads): load on one thread.
-    with cpu_threads_context("cpu", 1):
+    with cpu_threads_context("cpu", 1), ops.custom_ops_context(custom_ops):
         return _load_model(str(name_or_path), device, dtype, seed, progress)
 
 

@@ -21,7 +21,8 @@ from gpukit import host_us, run_script
 def measure(args, report) -> None:
     import torch
 
-    from mini_vllm.layers.triton_gemv import linear_cuda
+    # Importing mini_vllm.kernels registers its ops, torch.ops.mini_vllm.linear among them.
+    from mini_vllm.kernels.gemv import linear_cuda
     from mini_vllm.torch_utils import direct_register_custom_op
 
     def add_one_(x: torch.Tensor) -> None:

@@ -4,12 +4,14 @@
     python3 scripts/gpu/decode_attention_tiles.py [--out DIR] [--batches 1,8,16,32,64]
 
 For SmolLM2's heads (9 query, 3 KV, dim 64), Llama-3.2-1B's (32/8, 64) and Llama-3.1-8B's
-(32/8, 128) at contexts 192 and 512, the µs of one call of `triton_paged_decode`:
-- the per-head one pass (one program per query head) for each tile of `SINGLE_PASS_TILES`;
-- the grouped kernel (one program per KV head and slice, its query heads together on the
-  tensor cores) for each tile of `GROUPED_TILES` and each count of slices, 1 included
-  (1: no merge);
-- what `decode_plan` picks, and its time.
+(32/8, 128) at contexts 192 and 512, the µs of one call:
+- of the per-head one pass (one program per query head; scripts/gpu/per_head_decode.py,
+  kept to compare) for each tile of `SINGLE_PASS_TILES`;
+- of the engine's grouped kernel (`triton_paged_decode` of
+  mini_vllm/kernels/paged_attention.py: one program per KV head and slice, its query heads
+  together on the tensor cores) for each tile of `GROUPED_TILES` and each count of slices,
+  1 included (1: no merge);
+- of what `decode_plan` picks (a tile and slices of the grouped kernel), and its time.
 Tiles are (cached tokens an iteration, warps a program). Each call reads its own copy of
 the KV cache, 16 copies in turn inside one CUDA graph, so that the reads come from memory
 as in the engine, where a layer's weights have pushed the previous step's cache out of L2.
@@ -38,33 +40,44 @@ def add_arguments(parser) -> None:
 def time_case(heads: int, kv_heads: int, dim: int, reqs: int, ctx: int):
     """µs a call: {tile: per-head one pass}, {(tile, slices): grouped}, and the plan's."""
     import triton.testing
+    from per_head_decode import per_head_paged_decode
 
-    from mini_vllm.attention import triton_decode
+    from mini_vllm.kernels import paged_attention
 
     caches, tables, lens, slots, q, k, v, out = decode_attention_inputs(
         reqs, heads, kv_heads, dim, ctx, copies=COPIES
     )
 
-    def time_us(plan=None):
+    def time_us(attend):
         def calls():
             for cache in caches:
-                triton_decode.triton_paged_decode(
-                    q, k, v, cache, tables, lens, slots, None, out, plan=plan
-                )
+                attend(cache)
 
         return triton.testing.do_bench_cudagraph(calls) * 1000 / COPIES
 
-    per_head = {
-        tile: time_us(triton_decode.DecodePlan(False, tile, 1)) for tile in SINGLE_PASS_TILES
-    }
+    def grouped_us(plan=None):
+        return time_us(
+            lambda cache: paged_attention.triton_paged_decode(
+                q, k, v, cache, tables, lens, slots, None, out, plan=plan
+            )
+        )
+
+    def per_head_us(tile):
+        return time_us(
+            lambda cache: per_head_paged_decode(
+                q, k, v, cache, tables, lens, slots, None, tile, out
+            )
+        )
+
+    per_head = {tile: per_head_us(tile) for tile in SINGLE_PASS_TILES}
     grouped = {
-        (tile, splits): time_us(triton_decode.DecodePlan(True, tile, splits))
+        (tile, splits): grouped_us(paged_attention.DecodePlan(tile, splits))
         for tile in GROUPED_TILES
         for splits in SPLITS
     }
     max_context = tables.shape[1] * caches[0].shape[2]
-    plan = triton_decode.decode_plan(reqs, kv_heads, dim, max_context)
-    return per_head, grouped, plan, time_us()
+    plan = paged_attention.decode_plan(reqs, kv_heads, dim, max_context)
+    return per_head, grouped, plan, grouped_us()
 
 
 def measure(args, report) -> None:
@@ -72,7 +85,7 @@ def measure(args, report) -> None:
 
     report(
         "us a call; tiles (tokens an iteration, warps a program); `plan`: what decode_plan "
-        "picks (per-head or grouped, tile, slices)"
+        "picks (the grouped kernel, tile, slices)"
     )
     report()
     report(
@@ -89,12 +102,11 @@ def measure(args, report) -> None:
                 best_grouped = min(grouped, key=grouped.get)
                 one_slice = min(t for (_, s), t in grouped.items() if s == 1)
                 best = min(per_head[best_head], grouped[best_grouped])
-                kind = "grouped" if plan.grouped else "per-head"
                 report(
                     f"| {heads}/{kv_heads} x {dim} | {reqs} | {ctx} | {per_head[best_head]:.1f} "
                     f"| {best_head} | {grouped[best_grouped]:.1f} "
                     f"| {best_grouped[0]}, {best_grouped[1]} | {one_slice:.1f} "
-                    f"| {kind} {plan.tile}, {plan.splits} | {plan_us:.1f} "
+                    f"| grouped {plan.tile}, {plan.splits} | {plan_us:.1f} "
                     f"| {plan_us / best:.2f} |"
                 )
                 details.append(

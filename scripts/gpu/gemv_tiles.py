@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from gpukit import run_script
+from gpukit import autotuned_tile, run_script
 
 SHAPES = {
     "smollm2-135m": [(960, 576), (576, 576), (3072, 576), (576, 1536), (49152, 576)],
@@ -24,8 +24,6 @@ SHAPES = {
 
 def measure(args, report) -> None:
     import torch
-
-    from mini_vllm.layers.triton_gemv import autotuned_tile
 
     for model, shapes in SHAPES.items():
         for n, k in shapes:

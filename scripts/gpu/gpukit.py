@@ -7,6 +7,12 @@ NVIDIA GPU, prints what it measures, and keeps a copy in its output folder:
     python3 scripts/gpu/host_launch_costs.py --out /tmp/runs  # -> /tmp/runs/host_launch_costs.txt
 
 Without CUDA a script says so and exits with status 2 instead of failing half-way.
+
+Also here, what only the sweeps need of the product kernels (mini_vllm/kernels/gemv.py),
+built on the package's public names: the skinny kernel launched with a tile given
+(`skinny_gemm_with_tile`) and the tiles the autotuner picked (`autotuned_tile`,
+`gemv_tile_picks`). Everything that needs torch, Triton or mini_vllm imports it inside the
+function that uses it, so that a script's `--help` runs on a machine without them.
 """
 
 from __future__ import annotations
@@ -95,11 +101,73 @@ def versions_to_compare(old: Path | None, script: str) -> dict[str, Path]:
 
 def product_time_us(fn: Callable[[], object]) -> float:
     """Median time in µs of one call of `fn` inside a CUDA graph of 20 calls (10 replays,
-    3 warm-up calls): the engine's timer (mini_vllm/layers/triton_gemv.py
-    `graph_time_us`), with more of everything than the engine's quick choice uses."""
-    from mini_vllm.layers.triton_gemv import graph_time_us
+    3 warm-up calls): the engine's timer (mini_vllm/kernels/gemv.py `graph_time_us`),
+    with more of everything than the engine's quick choice uses."""
+    from mini_vllm.kernels.gemv import graph_time_us
 
     return graph_time_us(fn, calls=20, replays=10, warmups=3)
+
+
+def skinny_gemm_with_tile(
+    x,
+    weight,
+    out,
+    prologue: int,
+    tile: tuple[int, int, int, int],
+    residual=None,
+    norm_weight=None,
+    residual_out=None,
+    eps: float = 0.0,
+) -> None:
+    """The skinny kernel for 2 to 64 rows of `x` into `out`, with `prologue` and the tile
+    `(BLOCK_N, BLOCK_K, warps, stages)` given instead of the autotuner's pick: what
+    scripts/gpu/skinny_tiles.py sweeps. The arguments are those the package's products
+    launch the kernel with (mini_vllm/kernels/gemv.py), a prologue's tensors included."""
+    import triton
+
+    from mini_vllm.kernels import gemv
+
+    m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
+    if not 2 <= m <= gemv.MAX_ROWS:
+        raise ValueError(
+            f"the skinny kernel takes 2 to {gemv.MAX_ROWS} rows; got {m} (one row is the "
+            f"GEMV's: triton_gemv)"
+        )
+    block_n, block_k, warps, stages = tile
+    pdl = gemv.pdl_supported(x.device)
+    tensors = gemv.pointer_arguments(x, weight, out, residual, norm_weight, residual_out)
+    # `.fn`: the kernel under its autotuner, so that the tile given here is the one run.
+    gemv.skinny_gemm_kernel.fn[(triton.cdiv(n, block_n),)](
+        *tensors[:3], m, n, k, x.stride(0), weight.stride(0), *tensors[3:], eps,
+        PROLOGUE=prologue, PDL=pdl, BLOCK_M=gemv.row_bucket(m), BLOCK_N=block_n,
+        BLOCK_K=block_k, num_warps=warps, num_stages=stages,
+        **({"launch_pdl": True} if pdl else {}),
+    )  # fmt: skip
+
+
+def autotuned_tile(x, weight) -> dict[str, int]:
+    """The tile the autotuner picked for the plain product `x @ weight.T` (tuning it now if
+    this shape is new): `{"BLOCK_N": ..., "BLOCK_K": ..., "num_warps": ...}`."""
+    from mini_vllm.kernels import gemv
+
+    gemv.triton_gemv(x, weight)
+    block_m = None if x.shape[0] == 1 else gemv.row_bucket(x.shape[0])
+    key = (*weight.shape, block_m, gemv.PLAIN, gemv.pdl_supported(x.device), x.device)
+    config = gemv.tile_picks()[key]
+    return {**config.kwargs, "num_warps": config.num_warps}
+
+
+def gemv_tile_picks() -> dict[tuple[int, int, int], dict[str, int]]:
+    """The tiles this process's GEMV launches use, by (N, K, prologue): what the autotuner
+    picked, or read from Triton's cache, for each matrix the GEMV has run on."""
+    from mini_vllm.kernels import gemv
+
+    picks = {
+        (n, k, prologue): {**config.kwargs, "num_warps": config.num_warps}
+        for (n, k, block_m, prologue, _pdl, _device), config in gemv.tile_picks().items()
+        if block_m is None  # the skinny kernel's row buckets are not the GEMV's
+    }
+    return dict(sorted(picks.items()))
 
 
 def host_us(fn: Callable[[], object], calls: int = 200, warmups: int = 1) -> float:

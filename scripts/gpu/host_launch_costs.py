@@ -6,7 +6,7 @@
 First the calls an async step makes after the graph replay: the LM head's product
 (Triton GEMV and cuBLAS), the argmax, small non-blocking copies, an event, an
 allocation. Then what one eager kernel costs, layer by layer down to the C launcher: an
-RMSNorm module call, the function it calls, `launch` of mini_vllm/layers/triton_launch.py
+RMSNorm module call, the function it calls, `launch` of mini_vllm/kernels/launch.py
 (on a kernel of the same signature), its specialisation key, the compiled kernel's
 launcher alone (given tensors, or their addresses), and the small helpers around them.
 Each call is timed on the host only (no sync inside the loop), after a sync, 200 calls
@@ -25,7 +25,7 @@ def measure(args, report) -> None:
     import torch
     import torch.nn.functional as F
 
-    from mini_vllm.layers.triton_gemv import triton_gemv
+    from mini_vllm.kernels.gemv import triton_gemv
 
     device = torch.device("cuda")
     x = torch.randn(1, 576, device=device, dtype=torch.bfloat16)
@@ -59,10 +59,10 @@ def _eager_kernel_costs(device) -> dict:
     import triton
     import triton.language as tl
 
-    from mini_vllm.layers import triton_launch
+    from mini_vllm.kernels import launch as kernel_launch
+    from mini_vllm.kernels.gemv import linear_cuda, triton_gemv_available
+    from mini_vllm.kernels.rms_norm import triton_rmsnorm
     from mini_vllm.layers.layernorm import RMSNorm
-    from mini_vllm.layers.rmsnorm_triton import triton_rmsnorm
-    from mini_vllm.layers.triton_gemv import linear_cuda, triton_gemv_available
 
     # A kernel with the signature of the RMSNorm kernel's (five pointers, three integers,
     # a float, two constexprs), to time `launch` and its parts on their own.
@@ -80,20 +80,20 @@ def _eager_kernel_costs(device) -> dict:
     out = torch.empty_like(x)
     args = (x, x, norm.weight, out, out, x.stride(0), 0, 576, 1e-5, False, 1024)
     constexprs = frozenset((9, 10))
-    launcher = triton_launch.direct_launcher(scale_rows[(1,)](*args, num_warps=4))
-    addresses = triton_launch.specialise(args, constexprs)[1]
+    launcher = kernel_launch.direct_launcher(scale_rows[(1,)](*args, num_warps=4))
+    addresses = kernel_launch.specialise(args, constexprs)[1]
     return {
         "RMSNorm module call (norm(x))": lambda: norm(x),
         "triton_rmsnorm(x, weight, eps)": lambda: triton_rmsnorm(x, norm.weight, 1e-5),
-        "launch(kernel, grid, *11 args)": lambda: triton_launch.launch(
+        "launch(kernel, grid, *11 args)": lambda: kernel_launch.launch(
             scale_rows, (1,), *args, num_warps=4
         ),
-        "specialise(11 args)": lambda: triton_launch.specialise(args, constexprs),
+        "specialise(11 args)": lambda: kernel_launch.specialise(args, constexprs),
         "launcher alone, tensors as addresses": lambda: launcher((1,), addresses),
         "launcher alone, tensors as tensors": lambda: launcher((1,), args),
         "torch.empty((1, 576))": lambda: torch.empty((1, 576), dtype=x.dtype, device=device),
         "triton.next_power_of_2(576)": lambda: triton.next_power_of_2(576),
-        "triton_launch.next_power_of_2(576)": lambda: triton_launch.next_power_of_2(576),
+        "mini_vllm.kernels.launch.next_power_of_2(576)": lambda: kernel_launch.next_power_of_2(576),
         "triton_gemv_available(x, weight)": lambda: triton_gemv_available(x, weight),
         "linear_cuda 576x576, one row (Triton GEMV)": lambda: linear_cuda(x, weight),
     }

@@ -35,8 +35,8 @@ def measure(args, report) -> None:
     import torch
     import torch.nn.functional as F
 
-    from mini_vllm.layers.rmsnorm_triton import triton_rmsnorm
-    from mini_vllm.layers.triton_gemv import triton_gemv, triton_rms_norm_gemv
+    from mini_vllm.kernels.gemv import triton_gemv, triton_rms_norm_gemv
+    from mini_vllm.kernels.rms_norm import triton_rmsnorm
 
     rows_list = [int(r) for r in args.rows.split(",")]
     models = args.models.split(",")

@@ -7,10 +7,11 @@
 For every product of one Llama layer (qkv after the first RMSNorm, o_proj plain, gate_up
 after the residual add and RMSNorm, down after SiLU-and-multiply), bf16: the time of one
 call inside a CUDA graph (20 calls a graph, programmatic dependent launch as in the
-engine) of `_skinny_gemm_kernel` with each tile (BLOCK_N, BLOCK_K, warps, stages) forced,
-against what the engine runs without the fusion (the norm or activation kernel, then
-cuBLAS) and against the tile the autotuner picks. A BLOCK_K of at least K makes the
-prologue run once a program instead of once per step of K. Each product and row count
+engine) of `skinny_gemm_kernel` (mini_vllm/kernels/gemv.py) with each tile (BLOCK_N,
+BLOCK_K, warps, stages) forced (gpukit's `skinny_gemm_with_tile`), against what the engine
+runs without the fusion (the norm or activation kernel, then cuBLAS) and against the tile
+the autotuner picks. A BLOCK_K of at least K makes the prologue run once a program
+instead of once per step of K. Each product and row count
 compiles and times 60 tiles, a minute or more (the down product, K = 1536, longest);
 the tile being timed is shown as it goes.
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 import itertools
 import sys
 
-from gpukit import product_time_us, run_script
+from gpukit import product_time_us, run_script, skinny_gemm_with_tile
 
 # (name, N, K, prologue name) per layer, in the order a layer runs them.
 LAYERS = {
@@ -57,7 +58,7 @@ def tiles(k: int):
 def measure(args, report) -> None:
     import torch
 
-    from mini_vllm.layers import triton_gemv as gemv
+    from mini_vllm.kernels import gemv
 
     report(f"{torch.cuda.get_device_name()}; torch {torch.__version__}; "
            f"PDL {gemv.pdl_supported(torch.device('cuda'))}")  # fmt: skip
@@ -87,10 +88,10 @@ def sweep_product(n: int, k: int, prologue: str, rows: int):
     import torch
     import torch.nn.functional as F
 
-    from mini_vllm.layers import triton_gemv as gemv
-    from mini_vllm.layers.activation import silu_and_mul_cuda
-    from mini_vllm.layers.fused_linear import fused_add_rms_norm_linear, silu_and_mul_linear
-    from mini_vllm.layers.layernorm import fused_add_rms_norm_op
+    from mini_vllm.kernels import gemv
+    from mini_vllm.kernels.activation import silu_and_mul
+    from mini_vllm.kernels.fused_ops import fused_add_rms_norm_linear, silu_and_mul_linear
+    from mini_vllm.kernels.rms_norm import rms_norm_cuda
 
     eps = 1e-5
     weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
@@ -108,7 +109,7 @@ def sweep_product(n: int, k: int, prologue: str, rows: int):
     elif prologue == "add_rms_norm":
         code = gemv.ADD_RMS_NORM
         unfused = lambda: F.linear(  # noqa: E731
-            fused_add_rms_norm_op(x, residual, norm_weight, eps)[0], weight
+            rms_norm_cuda(x, norm_weight, eps, residual)[0], weight
         )
         autotuned = lambda: gemv.triton_rms_norm_gemv(  # noqa: E731
             x, residual, norm_weight, eps, weight
@@ -118,7 +119,7 @@ def sweep_product(n: int, k: int, prologue: str, rows: int):
         )[0]
     else:
         code = gemv.SILU_AND_MUL
-        unfused = lambda: F.linear(silu_and_mul_cuda(x), weight)  # noqa: E731
+        unfused = lambda: F.linear(silu_and_mul(x), weight)  # noqa: E731
         autotuned = lambda: gemv.triton_silu_and_mul_gemv(x, weight)  # noqa: E731
         engine = lambda: silu_and_mul_linear(x, weight)  # noqa: E731
     expected = unfused()
@@ -132,7 +133,7 @@ def sweep_product(n: int, k: int, prologue: str, rows: int):
               file=sys.stderr, flush=True)  # fmt: skip
 
         def call(tile=tile):
-            gemv.skinny_gemm_with_tile(
+            skinny_gemm_with_tile(
                 x, weight, out, code, tile, residual, norm_weight, residual_out, eps
             )
 

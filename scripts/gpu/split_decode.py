@@ -7,7 +7,7 @@ Microseconds a call (replayed in a CUDA graph where Triton can) for SmolLM2's he
 query, 3 KV) and Llama-3.2-1B's (32, 8), at batch 1 and 4: the grouped kernel in one
 slice, and with the slices `decode_num_splits` would take plus the merge, and where the
 slices start to win: the evidence for SINGLE_PASS_MAX_CONTEXT in
-mini_vllm/attention/triton_decode.py.
+mini_vllm/kernels/paged_attention.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from gpukit import decode_attention_inputs, run_script
 def measure(args, report) -> None:
     import triton.testing
 
-    from mini_vllm.attention.triton_decode import (
+    from mini_vllm.kernels.paged_attention import (
         GROUPED_TILE,
         DecodePlan,
         decode_num_splits,
@@ -41,8 +41,7 @@ def measure(args, report) -> None:
                     triton_paged_decode, q, k, v, cache, tables, lens, slots, None, out
                 )
                 times = {
-                    s: bench(functools.partial(attend, plan=DecodePlan(True, GROUPED_TILE, s)))
-                    * 1000
+                    s: bench(functools.partial(attend, plan=DecodePlan(GROUPED_TILE, s))) * 1000
                     for s in sorted({1, split})
                 }
                 if crossover is None and split > 1 and times[split] < times[1]:

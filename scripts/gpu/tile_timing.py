@@ -27,7 +27,7 @@ import tempfile
 from datetime import date
 from pathlib import Path
 
-from gpukit import decoding_engine, engine_options, run_script
+from gpukit import decoding_engine, engine_options, gemv_tile_picks, run_script
 
 TIMINGS = ("graph", "triton")
 
@@ -36,7 +36,7 @@ def child(args) -> dict:
     """One cold start in this process: the replay time, the tuning seconds, the picks."""
     import torch
 
-    from mini_vllm.layers import triton_gemv
+    from mini_vllm.kernels import gemv
 
     engine = decoding_engine(args, new_tokens=300, warm_steps=20)
     (entry,) = engine.runner.graphs.full_wrapper.entries.values()
@@ -51,20 +51,20 @@ def child(args) -> dict:
         end.synchronize()
         per_replay.append(start.elapsed_time(end) / 50)
     prologues = {
-        triton_gemv.PLAIN: "plain",
-        triton_gemv.RMS_NORM: "RMSNorm",
-        triton_gemv.ADD_RMS_NORM: "add + RMSNorm",
-        triton_gemv.SILU_AND_MUL: "SiLU and mul",
+        gemv.PLAIN: "plain",
+        gemv.RMS_NORM: "RMSNorm",
+        gemv.ADD_RMS_NORM: "add + RMSNorm",
+        gemv.SILU_AND_MUL: "SiLU and mul",
     }
     picks = {
         f"{n} x {k}, {prologues[prologue]}": (
             f"{tile['BLOCK_N']} x {tile['BLOCK_K']}, {tile['num_warps']} warps"
         )
-        for (n, k, prologue), tile in triton_gemv.gemv_tile_picks().items()
+        for (n, k, prologue), tile in gemv_tile_picks().items()
     }
     return {
         "replay_ms": statistics.median(per_replay),
-        "first_launch_s": triton_gemv.autotune_seconds(),
+        "first_launch_s": gemv.autotune_seconds(),
         "picks": picks,
     }
 

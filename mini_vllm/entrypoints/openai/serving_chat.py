@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response
 
 from mini_vllm.entrypoints.async_llm import AsyncLLM, RequestOutputDelta
 from mini_vllm.entrypoints.openai.protocol import (
@@ -30,7 +30,6 @@ from mini_vllm.entrypoints.openai.protocol import (
     ChatCompletionStreamResponse,
     ChatStreamChoice,
     DeltaMessage,
-    random_id,
 )
 from mini_vllm.entrypoints.openai.serving_engine import (
     ChoiceState,
@@ -78,14 +77,10 @@ class OpenAIServingChat(OpenAIServing):
         ids = self.check_prompt(self._render(request), "messages")
         max_tokens = request.max_completion_tokens or request.max_tokens
         params = self.sampling_params(request, len(ids), max_tokens)
-        request_id = random_id("chatcmpl")
-        choices, deltas = self.start(request_id, [ids], [params])
-        if request.stream:
-            stream = self._stream(request, request_id, choices, deltas)
-            return StreamingResponse(stream, media_type="text/event-stream")
-        if not await self.collect_while_connected(choices, deltas, raw_request):
-            return Response(status_code=499)  # the client is gone; nobody reads this
-        response = ChatCompletionResponse(
+        return await self.respond(request, raw_request, "chatcmpl", [ids], [params])
+
+    def whole_response(self, request, request_id, choices) -> ChatCompletionResponse:
+        return ChatCompletionResponse(
             id=request_id,
             model=self.served_model_name,
             choices=[
@@ -99,7 +94,6 @@ class OpenAIServingChat(OpenAIServing):
             ],
             usage=self.usage(choices),
         )
-        return JSONResponse(dump(response))
 
     def _render(self, request: ChatCompletionRequest) -> list[int]:
         """The conversation as prompt token ids, through the chat template."""
@@ -139,7 +133,7 @@ class OpenAIServingChat(OpenAIServing):
             raise ServingError(message, 400, "messages") from None
         return tokenizer.encode(text, add_special_tokens=False)
 
-    async def _stream(
+    async def stream_events(
         self,
         request: ChatCompletionRequest,
         request_id: str,

@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response
 
 from mini_vllm.entrypoints.async_llm import RequestOutputDelta
 from mini_vllm.entrypoints.openai.protocol import (
@@ -24,7 +24,6 @@ from mini_vllm.entrypoints.openai.protocol import (
     CompletionRequest,
     CompletionResponse,
     CompletionStreamResponse,
-    random_id,
 )
 from mini_vllm.entrypoints.openai.serving_engine import (
     ChoiceState,
@@ -42,14 +41,10 @@ class OpenAIServingCompletion(OpenAIServing):
         self.check_request(request)
         prompts = [self.check_prompt(ids, "prompt") for ids in self._prompt_ids(request.prompt)]
         params = [self.sampling_params(request, len(ids), request.max_tokens) for ids in prompts]
-        request_id = random_id("cmpl")
-        choices, deltas = self.start(request_id, prompts, params)
-        if request.stream:
-            stream = self._stream(request, request_id, choices, deltas)
-            return StreamingResponse(stream, media_type="text/event-stream")
-        if not await self.collect_while_connected(choices, deltas, raw_request):
-            return Response(status_code=499)  # the client is gone; nobody reads this
-        response = CompletionResponse(
+        return await self.respond(request, raw_request, "cmpl", prompts, params)
+
+    def whole_response(self, request, request_id, choices) -> CompletionResponse:
+        return CompletionResponse(
             id=request_id,
             model=self.served_model_name,
             choices=[
@@ -63,7 +58,6 @@ class OpenAIServingCompletion(OpenAIServing):
             ],
             usage=self.usage(choices),
         )
-        return JSONResponse(dump(response))
 
     def _prompt_ids(self, prompt: str | list) -> list[list[int]]:
         """Every prompt of the request as token ids (text is encoded as `LLM.generate` does)."""
@@ -80,7 +74,7 @@ class OpenAIServingCompletion(OpenAIServing):
             raise ServingError("the prompt is empty: give at least one character", 400, "prompt")
         return self.llm.tokenizer.encode(text)
 
-    async def _stream(
+    async def stream_events(
         self,
         request: CompletionRequest,
         request_id: str,

@@ -25,9 +25,10 @@ from http import HTTPStatus
 from typing import Any
 
 from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from mini_vllm.entrypoints.async_llm import AsyncLLM, RequestOutputDelta
-from mini_vllm.entrypoints.openai.protocol import ErrorInfo, ErrorResponse, UsageInfo
+from mini_vllm.entrypoints.openai.protocol import ErrorInfo, ErrorResponse, UsageInfo, random_id
 from mini_vllm.errors import UserError
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.tokenizer import IncrementalDetokenizer
@@ -286,6 +287,34 @@ class OpenAIServing:
             for i, (ids, sp) in enumerate(zip(prompts, params))
         ]
         return choices, merge_async_iterators(streams)
+
+    async def respond(
+        self,
+        request: Any,
+        raw_request: Request,
+        id_prefix: str,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+    ) -> Response:
+        """Start one engine request a prompt, then answer: a stream of server-sent events
+        (`self.stream_events`) or, once every choice has finished, one JSON body
+        (`self.whole_response`); 499 if the client went away before that."""
+        request_id = random_id(id_prefix)
+        choices, deltas = self.start(request_id, prompts, params)
+        if request.stream:
+            events = self.stream_events(request, request_id, choices, deltas)
+            return StreamingResponse(events, media_type="text/event-stream")
+        if not await self.collect_while_connected(choices, deltas, raw_request):
+            return Response(status_code=499)  # the client is gone; nobody reads this
+        return JSONResponse(dump(self.whole_response(request, request_id, choices)))
+
+    def stream_events(self, request, request_id, choices, deltas) -> AsyncIterator[str]:
+        """The server-sent events of a streamed answer (each endpoint has its chunks)."""
+        raise NotImplementedError
+
+    def whole_response(self, request, request_id, choices) -> Any:
+        """The body of an answer given whole, once every choice has finished."""
+        raise NotImplementedError
 
     @staticmethod
     def usage(choices: list[ChoiceState]) -> UsageInfo:

@@ -62,7 +62,7 @@ def tiny_model():
     generator = torch.Generator().manual_seed(0)
     for cache in caches:
         cache.copy_(torch.randn(cache.shape, generator=generator))
-    bind_kv_caches(model, PagedAttentionBackend(use_triton=False), caches)
+    bind_kv_caches(model, PagedAttentionBackend(), caches)
     return model
 
 
