@@ -88,10 +88,9 @@ def _attribute(path: str) -> Any:
 def triton() -> Any:
     """The `triton` package, or None where it is not installed."""
     try:
-        import triton
+        return importlib.import_module("triton")  # by name: the kernels alone import it
     except ImportError:
         return None
-    return triton
 
 
 def triton_verified() -> bool:

@@ -78,6 +78,27 @@ def test_every_include_names_an_existing_file_and_anchor():
     assert not missing, "broken includes:\n" + "\n".join(missing)
 
 
+# The performance layer (mini_vllm/__init__.py's map): a mini build walks the reading path.
+PERFORMANCE_LAYER = (
+    "mini_vllm/kernels/",
+    "mini_vllm/_custom_ops.py",
+    "mini_vllm/compat.py",
+    "mini_vllm/compilation/passes/",
+    "mini_vllm/compilation/caching/",
+)
+
+
+def test_the_mini_builds_show_only_the_reading_path():
+    wrong = []
+    for page, target, anchor in includes():
+        if page.name != "02-mini-build.md":
+            continue
+        path = (page.parent / target).resolve().relative_to(ROOT).as_posix()
+        if path.startswith(PERFORMANCE_LAYER):
+            wrong.append(f"{page.relative_to(ROOT)} -> {path}:{anchor}")
+    assert not wrong, "mini builds including the performance layer:\n" + "\n".join(wrong)
+
+
 def test_python_code_in_the_book_comes_only_from_includes():
     pasted = []
     for page in PAGES:
