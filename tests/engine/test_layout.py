@@ -118,13 +118,19 @@ def test_no_import_circle():
     )
 
 
-def test_the_engine_never_reaches_the_teaching_models_or_the_tools():
-    reached, todo = set(), list(ENGINE_ROOTS)
+def reached_from(roots: list[str]) -> set[str]:
+    """The modules `roots` import, directly or through others, and the roots."""
+    reached, todo = set(), list(roots)
     while todo:
         name = todo.pop()
         if name not in reached:
             reached.add(name)
             todo.extend(GRAPH.get(name, ()))
+    return reached
+
+
+def test_the_engine_never_reaches_the_teaching_models_or_the_tools():
+    reached = reached_from(ENGINE_ROOTS)
     wrong = sorted(name for name in reached if name.startswith(NOT_ENGINE))
     assert not wrong, f"the engine ({', '.join(ENGINE_ROOTS)}) imports {wrong}"
 
@@ -215,12 +221,7 @@ def test_triton_is_imported_by_the_kernels_alone():
 
 def test_the_reading_path_stays_out_of_the_performance_layer_but_for_the_table_and_compat():
     """`LLM` reaches the table (its layers call it) and compat (the engine logs the fast
-    paths), never a kernel module; the compile backend reaches its passes and caches."""
-    reached, todo = set(), list(ENGINE_ROOTS)
-    while todo:
-        name = todo.pop()
-        if name not in reached:
-            reached.add(name)
-            todo.extend(GRAPH.get(name, ()))
+    paths), never a kernel module."""
+    reached = reached_from(ENGINE_ROOTS)
     assert not any(name.startswith(KERNELS) for name in reached)
     assert {TABLE, "mini_vllm.compat"} <= reached
