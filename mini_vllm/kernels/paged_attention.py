@@ -1,9 +1,10 @@
-"""Paged decode attention and the KV-cache write as two Triton kernels (CUDA only).
+"""Paged attention and the KV-cache write as Triton kernels (CUDA only).
 
-vLLM counterpart: the decode path of its attention backends — `reshape_and_cache_flash`
+vLLM counterpart: its attention backends — `reshape_and_cache_flash`
 (csrc/cache_kernels.cu) writes the new keys and values into their slots, and a paged
-decode kernel (FlashAttention's, or vllm/attention/ops/triton_unified_attention.py in
-Triton) reads each request's blocks through the block table. nano-vllm:
+kernel (FlashAttention's varlen one, or in Triton `kernel_unified_attention` of
+vllm/v1/attention/ops/triton_unified_attention.py) reads each request's blocks through
+the block table. nano-vllm:
 `store_kvcache_kernel` in nanovllm/layers/attention.py (a Triton store, then
 flash-attn with a block table).
 
@@ -17,9 +18,17 @@ Layout (as mini_vllm/attention/paged.py): the cache of a layer is
 `[2, num_blocks + 1, block_size, num_kv_heads, head_dim]`; slot -1 writes to the last
 slot of the scratch block. A program walks a request's blocks with an online softmax.
 The decode kernel also stores the step's new key and value (the first slice of each KV
-head does it), so a decode step's attention is one kernel a layer (two with slices);
-prefill and mixed batches use the write kernel and the torch path. Sequence length 0 (a
-padded row) is treated as 1, as in the torch path, so the row stays finite.
+head does it), so a decode step's attention is one kernel a layer (two with slices).
+Sequence length 0 (a padded row) is treated as 1, as in the torch path, so the row stays
+finite.
+
+A mixed step (prefill chunks of any length beside decodes) is the write kernel and one
+more: the unified kernel, vLLM's Triton design. A program takes a run of one request's
+new tokens (all of a decode's one) and the query heads of one KV head, walks that
+request's blocks up to its last token's position with an online softmax, and masks
+each row causally at its own position. Which request a program serves is found on the
+device (a binary search over `query_start_loc`), so the launch needs no per-request
+table from the host.
 
 The decode kernel takes the query heads of a group together: a program per (request, KV
 head) reads each key and value of its KV head once for all the query heads that share it,
@@ -67,6 +76,7 @@ __all__ = [
     "decode_plan",
     "triton_available",
     "triton_paged_decode",
+    "triton_unified_attention",
     "triton_write_kv",
     "wait_for_inputs",
 ]
@@ -301,6 +311,96 @@ if triton is not None:
 
     # ANCHOR_END: split_decode_kernels
 
+    # ANCHOR: unified_kernel
+    @triton.jit
+    def _request_of_block(query_start_loc_ptr, q_block, num_reqs, BLOCK_Q: tl.constexpr):
+        """The request whose queries q_block covers. Request r's blocks are numbered from
+        start_r // BLOCK_Q + r (one spare block a request, so no block holds two); a
+        binary search over those first numbers finds the last request starting at or
+        before q_block."""
+        low = 0
+        high = num_reqs
+        while low < high:
+            middle = (low + high) // 2
+            first_block = tl.load(query_start_loc_ptr + middle) // BLOCK_Q + middle
+            if first_block <= q_block:
+                low = middle + 1
+            else:
+                high = middle
+        return low - 1
+
+    @triton.jit
+    def _unified_attention_kernel(
+        q_ptr, key_cache_ptr, value_cache_ptr, tables_ptr, seq_lens_ptr, query_start_loc_ptr,
+        out_ptr, num_reqs, stride_q_tok, stride_q_head, stride_o_tok, stride_o_head,
+        stride_table, scale,
+        NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr,
+        BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr = "tf32",
+    ):  # fmt: skip
+        # One program per (BLOCK_Q queries of one request, KV head): its BLOCK_Q tokens
+        # times the GROUP query heads that share the KV head are the BLOCK_M rows of one
+        # tile, so each key and value is read once for all of them.
+        q_block = tl.program_id(0)
+        kv_head = tl.program_id(1)
+        request = _request_of_block(query_start_loc_ptr, q_block, num_reqs, BLOCK_Q)
+        q_start = tl.load(query_start_loc_ptr + request)
+        q_len = tl.load(query_start_loc_ptr + request + 1) - q_start
+        local_block = q_block - (q_start // BLOCK_Q + request)
+        if local_block * BLOCK_Q >= q_len:
+            return  # a spare block: past the end of its request's queries
+        seq_len = tl.load(seq_lens_ptr + request)
+        cached_before = seq_len - q_len
+        rows = tl.arange(0, BLOCK_M)
+        token = local_block * BLOCK_Q + rows // GROUP  # within the request
+        heads = kv_head * GROUP + rows % GROUP
+        real = (token < q_len) & (rows < BLOCK_Q * GROUP)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(
+            q_ptr
+            + (q_start + token)[:, None] * stride_q_tok
+            + heads[:, None] * stride_q_head
+            + dims[None, :],
+            mask=real[:, None],
+            other=0.0,
+        )
+        position = cached_before + token  # each row's token in its sequence
+        # Causal: the block's last token sees keys up to its own position, no further.
+        end = tl.minimum(seq_len, cached_before + (local_block + 1) * BLOCK_Q)
+        row = NUM_KV_HEADS * HEAD_DIM
+        table_row = tables_ptr + request * stride_table
+        key_rows = key_cache_ptr + kv_head * HEAD_DIM + dims[None, :]
+        value_rows = value_cache_ptr + kv_head * HEAD_DIM + dims[None, :]
+        running_max = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        running_sum = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for block_start in range(0, end, BLOCK_N):
+            keys, values, visible = cached_kv_tile(
+                key_rows, value_rows, table_row, block_start, end, row, BLOCK_SIZE, BLOCK_N, False
+            )
+            scores = tl.dot(q, tl.trans(keys), input_precision=DOT_PRECISION) * scale
+            key_position = block_start + tl.arange(0, BLOCK_N)
+            # Key 0 is visible to every row (real or not), so no row's maximum stays -inf.
+            allowed = visible[None, :] & (key_position[None, :] <= position[:, None])
+            scores = tl.where(allowed, scores, float("-inf"))
+            new_max = tl.maximum(running_max, tl.max(scores, axis=1))
+            probs = tl.exp(scores - new_max[:, None])
+            correction = tl.exp(running_max - new_max)
+            weighted = tl.dot(probs.to(values.dtype), values, input_precision=DOT_PRECISION)
+            acc = acc * correction[:, None] + weighted
+            running_sum = running_sum * correction + tl.sum(probs, axis=1)
+            running_max = new_max
+        tl.store(
+            out_ptr
+            + (q_start + token)[:, None] * stride_o_tok
+            + heads[:, None] * stride_o_head
+            + dims[None, :],
+            (acc / running_sum[:, None]).to(out_ptr.dtype.element_ty),
+            mask=real[:, None],
+        )
+
+    # ANCHOR_END: unified_kernel
+
 
 # The tiles, (cached tokens an iteration, warps a program), and the programs a step aims
 # at, from the sweeps of scripts/gpu/decode_attention_tiles.py and
@@ -452,14 +552,65 @@ def triton_paged_decode(
     return out
 
 
+# Rows of a mixed-step tile (query tokens times the query heads of a KV head) and the
+# keys an iteration reads: vLLM's unified kernel takes 16 rows when a step is all short
+# queries and more for prefill; 64 rows and 64 keys keep one kernel for both.
+UNIFIED_BLOCK_M = 64
+UNIFIED_BLOCK_N = 64
+
+
+# ANCHOR: triton_unified_attention
+def triton_unified_attention(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    num_tokens: int,
+    scale: float | None,
+    output: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Attention for every request of a mixed step in one kernel, whatever each one's
+    number of new tokens (the cache already holds them). Rows past `num_tokens` (the
+    padding of a piecewise graph's size) are zeroed."""
+    num_rows, num_heads, head_dim = q.shape
+    num_reqs = seq_lens.shape[0]
+    num_kv_heads, block_size = kv_cache.shape[3], kv_cache.shape[2]
+    group = num_heads // num_kv_heads
+    out = output if output is not None else torch.empty_like(q)
+    if num_tokens < num_rows:
+        out[num_tokens:].zero_()
+    block_q = max(1, UNIFIED_BLOCK_M // group)
+    block_m = max(16, next_power_of_2(block_q * group))
+    # Each request may leave one block partly empty, and the numbering gives each a
+    # spare one: enough programs for the worst case, the spare ones return at once.
+    num_q_blocks = num_tokens // block_q + num_reqs
+    scale = scale if scale is not None else head_dim**-0.5
+    # fmt: off
+    launch(
+        _unified_attention_kernel, (num_q_blocks, num_kv_heads),
+        q, kv_cache[0], kv_cache[1], block_tables, seq_lens, query_start_loc, out, num_reqs,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0), scale,
+        num_kv_heads, group, head_dim, block_size, block_q, block_m, UNIFIED_BLOCK_N,
+        "ieee" if q.dtype == torch.float32 else "tf32",  # DOT_PRECISION
+        num_warps=4,
+    )
+    # fmt: on
+    return out
+
+
+# ANCHOR_END: triton_unified_attention
+
+
 # ANCHOR: triton_backend
 class TritonPagedAttentionBackend(PagedAttentionBackend):
-    """The paged backend with its decode and its cache writes on the kernels above.
+    """The paged backend with its decode, its mixed steps and its cache writes on the
+    kernels above.
 
     A uniform decode batch on CUDA is one kernel a layer (two with slices): it stores the
     new keys and values, attends, and rotates q and k first when the fusion pass deferred
-    RoPE to it (`rope`). Any other batch writes with the write kernel and attends with the
-    torch path of the backend it extends."""
+    RoPE to it (`rope`). Any other batch is two: the write kernel, then the unified kernel
+    for every request at once."""
 
     name = "paged-triton"
     accepts_output = True  # the decode kernel writes straight into the layer's buffer
@@ -491,7 +642,20 @@ class TritonPagedAttentionBackend(PagedAttentionBackend):
             )
         if rope is not None:  # only the decode kernel rotates: rotate first
             q, k = apply_deferred_rope(rope, q, k)
-        return super().forward(q, k, v, kv_cache, metadata)
+        if not (q.is_cuda and kv_cache is not None):
+            return super().forward(q, k, v, kv_cache, metadata)
+        self.write_kv(kv_cache, k, v, metadata.slot_mapping[: k.shape[0]])
+        num_reqs = metadata.num_reqs
+        return triton_unified_attention(
+            q,
+            kv_cache,
+            metadata.block_tables[:num_reqs],
+            metadata.seq_lens[:num_reqs],
+            metadata.query_start_loc[: num_reqs + 1],
+            metadata.num_actual_tokens,
+            self.scale,
+            output,
+        )
 
     def write_kv(self, kv_cache, k, v, slot_mapping) -> None:
         if k.is_cuda:

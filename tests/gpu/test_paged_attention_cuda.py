@@ -115,3 +115,55 @@ def test_decode_kernels_match_the_torch_path_for_every_plan(plan, heads, kv_head
     for wrong in (plan._replace(splits=3), DecodePlan((64, 1), 0)):
         with pytest.raises(ValueError, match="power of two"):
             triton_paged_decode(q, k, v, caches[0], tables, lens, slots, None, plan=wrong)
+
+
+# (new tokens, tokens in the cache after the step) per request: decodes, a whole prompt,
+# later chunks of long prompts, a chunk of one token, short and long contexts mixed.
+MIXED_STEP = [(1, 37), (17, 17), (64, 100), (2, 2), (1, 1), (100, 250), (1, 80), (300, 700)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize(
+    "heads, kv_heads, dim", [(9, 3, 64), (32, 8, 64), (4, 4, 32), (32, 8, 128)]
+)
+def test_unified_kernel_matches_the_reference_loop(dtype, tol, heads, kv_heads, dim):
+    """The mixed-step kernel (every request in one launch) against the readable loop of
+    `PagedAttentionBackend.reference_forward`, and the torch path's batched version too;
+    rows past the real tokens (the padding of a graph size) come back zero."""
+    from mini_vllm.kernels.paged_attention import TritonPagedAttentionBackend
+
+    torch.manual_seed(0)
+    block, num_blocks, padding = 16, 160, 7
+    cache = allocate_paged_kv_caches(1, num_blocks, block, kv_heads, dim, dtype, "cuda")[0]
+    cache.normal_()
+    permutation = torch.randperm(num_blocks).tolist()
+    tables, slots = [], []
+    for query_len, seq_len in MIXED_STEP:
+        table = [permutation.pop() for _ in range(-(-seq_len // block))]
+        tables.append(table + [0] * (44 - len(table)))
+        slots += [
+            table[p // block] * block + p % block for p in range(seq_len - query_len, seq_len)
+        ]
+    num_tokens = sum(q for q, _ in MIXED_STEP)
+    md = PagedAttentionMetadata(
+        torch.tensor(slots + [-1] * padding, device="cuda"),
+        torch.tensor(tables, device="cuda"),
+        torch.tensor([s for _, s in MIXED_STEP], device="cuda"),
+        [q for q, _ in MIXED_STEP],
+        [s for _, s in MIXED_STEP],
+        uniform_decode=False,
+    )
+    q = torch.randn(num_tokens + padding, heads, dim, device="cuda", dtype=dtype)
+    k = torch.randn(num_tokens + padding, kv_heads, dim, device="cuda", dtype=dtype)
+    v = torch.randn_like(k)
+    reference_cache = cache.clone()
+    fast = TritonPagedAttentionBackend().forward(q, k, v, cache, md)
+    batched = PagedAttentionBackend().forward(q, k, v, reference_cache, md)
+    # The same slots written; the scratch block (the last) takes the padded rows' writes
+    # in whatever order each writer runs them.
+    torch.testing.assert_close(cache[:, :-1], reference_cache[:, :-1])
+    reference = PagedAttentionBackend().reference_forward(q, reference_cache, md)
+    torch.testing.assert_close(fast.float(), reference.float(), rtol=tol, atol=tol)
+    torch.testing.assert_close(batched.float(), reference.float(), rtol=tol, atol=tol)
+    assert fast[num_tokens:].eq(0).all()
