@@ -27,6 +27,7 @@ import weakref
 from collections.abc import Sequence as SequenceT
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from mini_vllm import _custom_ops as ops
@@ -48,7 +49,8 @@ from mini_vllm.config.compilation import (
 )
 from mini_vllm.engine.cudagraph_dispatcher import CudagraphDispatcher
 from mini_vllm.engine.engine_config import EngineConfig
-from mini_vllm.engine.model_inputs import ModelInputs, pad_inputs, prepare_inputs
+from mini_vllm.engine.input_batch import StepArrays, WrittenStep, gather_step, write_step
+from mini_vllm.engine.model_inputs import ModelInputs
 from mini_vllm.engine.scheduler_output import SchedulerOutput
 from mini_vllm.engine.stats import StepRecord
 from mini_vllm.forward_context import BatchDescriptor, set_forward_context
@@ -139,14 +141,18 @@ class ModelRunner:
         # ANCHOR: persistent_buffers
         # Sized for the largest batch a step can hold. Row buffers get one row per
         # token: a uniform-decode batch padded to a graph size has that many rows.
-        # All five live in one integer tensor, so that a step's inputs travel to the
+        # All six live in one integer tensor, so that a step's inputs travel to the
         # GPU from one pinned staging copy of it (one copy, no syncs).
         n, width = self.max_num_tokens, self.max_blocks_per_seq
-        self._ints = torch.zeros(4 * n + n * width, dtype=torch.long, device=self.device)
+        self._tables_start = 5 * n + 1  # ids, positions, slots, seq_lens, query_start_loc
+        self._ints = torch.zeros(
+            self._tables_start + n * width, dtype=torch.long, device=self.device
+        )
         self.input_ids, self.positions, self.slot_mapping, self.seq_lens = (
             self._ints[: 4 * n].view(4, n).unbind(0)
         )
-        self.block_tables = self._ints[4 * n :].view(n, width)
+        self.query_start_loc = self._ints[4 * n : 5 * n + 1]
+        self.block_tables = self._ints[self._tables_start :].view(n, width)
         self.slot_mapping.fill_(-1)
         on_gpu = self.device.type == "cuda"
         self._staging = (
@@ -154,6 +160,15 @@ class ModelRunner:
         )
         self._staging[2 * n : 3 * n].fill_(-1)  # slots past a step's tokens stay "write nowhere"
         self._staging_np = self._staging.numpy()
+        host = self._staging_np
+        self._host_buffers = {  # the same memory, by name (mini_vllm/engine/input_batch.py)
+            "input_ids": host[:n],
+            "positions": host[n : 2 * n],
+            "slot_mapping": host[2 * n : 3 * n],
+            "seq_lens": host[3 * n : 4 * n],
+            "query_start_loc": host[4 * n : 5 * n + 1],
+            "block_tables": host[self._tables_start :].reshape(n, width),
+        }
         self._copy_done = torch.cuda.Event() if on_gpu else None
         # ANCHOR_END: persistent_buffers
 
@@ -201,7 +216,7 @@ class ModelRunner:
         # Async scheduling: the last step's sampled ids stay on the device, and the
         # row each request sampled in, so the next step can read its input from there.
         self._prev_sampled: torch.Tensor | None = None
-        self._prev_sample_row: dict[object, int] = {}
+        self._prev_sample_ids: list = []
         # Two pinned landing buffers for sampled ids: one step's copy may still be in
         # flight while the next is issued.
         self._sampled_host = [
@@ -215,13 +230,13 @@ class ModelRunner:
 
     # -- per-step work ---------------------------------------------------------------
 
-    def dispatch(self, inputs: ModelInputs) -> tuple[CUDAGraphMode, BatchDescriptor]:
+    def dispatch(
+        self, num_tokens: int, uniform_decode: bool
+    ) -> tuple[CUDAGraphMode, BatchDescriptor]:
         """Which graph this batch runs on, and the padded key (eager batches stay unpadded)."""
         if self.capture_report is None:  # nothing captured (eager engine, or before capture)
-            return CUDAGraphMode.NONE, BatchDescriptor(
-                inputs.num_tokens, uniform=inputs.uniform_decode
-            )
-        return self.dispatcher.dispatch(inputs.num_tokens, inputs.uniform_decode)
+            return CUDAGraphMode.NONE, BatchDescriptor(num_tokens, uniform=uniform_decode)
+        return self.dispatcher.dispatch(num_tokens, uniform_decode)
 
     # ANCHOR: copy_inputs
     def _copy_in(self, inputs: ModelInputs, table_width: int) -> PagedAttentionMetadata:
@@ -234,51 +249,97 @@ class ModelRunner:
         host[cap : cap + n] = inputs.positions
         host[2 * cap : 2 * cap + n] = inputs.slot_mapping
         host[3 * cap : 3 * cap + reqs] = inputs.seq_lens
-        tables = host[4 * cap :].reshape(cap, self.max_blocks_per_seq)
+        host[4 * cap] = 0
+        np.cumsum(inputs.query_lens, out=host[4 * cap + 1 : 4 * cap + 1 + reqs])
+        tables = host[self._tables_start :].reshape(cap, self.max_blocks_per_seq)
         for row, table in enumerate(inputs.block_tables):
             tables[row, : len(table)] = table
-        if self._staging is not self._ints:  # GPU: ship them, asynchronously, in one copy
-            # From the first id to the last table row used: the unused tails of the four
-            # row arrays travel too (32 bytes a token of capacity, 64 KiB at 2048 tokens,
-            # a few microseconds of the copy engine), which costs less than a copy per
-            # array (each torch copy is microseconds of host time).
-            end = 4 * cap + reqs * self.max_blocks_per_seq
-            self._ints[:end].copy_(self._staging[:end], non_blocking=True)
-            self._copy_done.record()
         if inputs.placeholder_tokens:
-            self._fill_placeholders(inputs)
-        return PagedAttentionMetadata(
-            slot_mapping=self.slot_mapping[:n],
-            block_tables=self.block_tables[:reqs, :table_width],
-            seq_lens=self.seq_lens[:reqs],
-            query_lens=inputs.query_lens,
-            seq_lens_host=inputs.seq_lens,
-            uniform_decode=inputs.uniform_decode,
+            self._fill_placeholders(inputs.placeholder_tokens, inputs.placeholder_seq_ids)
+        return self._ship(
+            n, reqs, table_width, inputs.query_lens, inputs.seq_lens, inputs.uniform_decode
         )
 
     # ANCHOR_END: copy_inputs
 
+    # ANCHOR: ship_inputs
+    def _ship(
+        self, num_tokens, num_reqs, table_width, query_lens, seq_lens, uniform_decode
+    ) -> PagedAttentionMetadata:
+        """Send the staged inputs to the device (one copy) and describe them for attention."""
+        if self._staging is not self._ints:  # GPU: ship them, asynchronously, in one copy
+            # From the first id to the last table row used: the unused tails of the five
+            # row arrays travel too (40 bytes a token of capacity, 80 KiB at 2048 tokens,
+            # a few microseconds of the copy engine), which costs less than a copy per
+            # array (each torch copy is microseconds of host time).
+            end = self._tables_start + num_reqs * self.max_blocks_per_seq
+            self._ints[:end].copy_(self._staging[:end], non_blocking=True)
+            self._copy_done.record()
+        return PagedAttentionMetadata(
+            slot_mapping=self.slot_mapping[:num_tokens],
+            block_tables=self.block_tables[:num_reqs, :table_width],
+            seq_lens=self.seq_lens[:num_reqs],
+            query_lens=query_lens,
+            seq_lens_host=seq_lens,
+            uniform_decode=uniform_decode,
+            query_start_loc=self.query_start_loc[: num_reqs + 1],
+        )
+
+    # ANCHOR_END: ship_inputs
+
+    # ANCHOR: write_inputs
+    def _write_inputs(
+        self,
+        output: SchedulerOutput,
+        step: StepArrays,
+        num_padded_tokens: int,
+        runtime_mode: CUDAGraphMode,
+    ) -> tuple[WrittenStep, PagedAttentionMetadata]:
+        """The step's inputs into the persistent buffers, built as whole arrays
+        (mini_vllm/engine/input_batch.py; `_copy_in` does the same from `ModelInputs`)."""
+        if self._copy_done is not None:
+            self._copy_done.synchronize()  # the previous step's copy has left the staging buffer
+        written = write_step(step, num_padded_tokens, self._host_buffers, self.block_size)
+        width = self._table_width(int(written.seq_lens.max(initial=1)), runtime_mode)
+        if written.placeholder_tokens.size:
+            rows = output.scheduled
+            seq_ids = [rows[row].seq_id for row in written.placeholder_rows.tolist()]
+            self._fill_placeholders(written.placeholder_tokens.tolist(), seq_ids)
+        metadata = self._ship(
+            written.num_tokens,
+            written.num_reqs,
+            width,
+            written.query_lens,
+            written.seq_lens,
+            step.uniform_decode,
+        )
+        return written, metadata
+
+    # ANCHOR_END: write_inputs
+
     # ANCHOR: fill_placeholders
-    def _fill_placeholders(self, inputs: ModelInputs) -> None:
+    def _fill_placeholders(self, targets: list[int], seq_ids: list) -> None:
         """Async scheduling: tokens the previous step sampled, copied device to device.
 
-        The host does not know them yet; the scheduler marked their places and the
-        previous step's samples are still on the device, one row per request.
+        The host does not know them yet; the scheduler marked their places (`targets`,
+        token indices, each of request `seq_ids[i]`) and the previous step's samples are
+        still on the device, one row per request.
         """
         if self._prev_sampled is None:
             raise RuntimeError(
                 "a step feeds a token in flight, but no step before it sampled on this runner"
             )
-        targets = inputs.placeholder_tokens
-        sources = [self._prev_sample_row[seq_id] for seq_id in inputs.placeholder_seq_ids]
-        if targets == sources == list(range(len(targets))):
-            # Pure decode, same requests in the same order: one contiguous copy.
-            self.input_ids[: len(targets)].copy_(self._prev_sampled[: len(targets)])
-        else:
-            index = torch.tensor([targets, sources], dtype=torch.long).to(
-                self.device, non_blocking=True
-            )
-            self.input_ids.index_copy_(0, index[0], self._prev_sampled.index_select(0, index[1]))
+        count = len(targets)
+        if seq_ids == self._prev_sample_ids[:count] and targets == list(range(count)):
+            # Pure decode, the same requests in the same order: one contiguous copy.
+            self.input_ids[:count].copy_(self._prev_sampled[:count])
+            return
+        row_of = {seq_id: row for row, seq_id in enumerate(self._prev_sample_ids)}
+        sources = [row_of[seq_id] for seq_id in seq_ids]
+        index = torch.tensor([targets, sources], dtype=torch.long).to(
+            self.device, non_blocking=True
+        )
+        self.input_ids.index_copy_(0, index[0], self._prev_sampled.index_select(0, index[1]))
 
     # ANCHOR_END: fill_placeholders
 
@@ -297,10 +358,10 @@ class ModelRunner:
             skip_attention=skip_attention,
         )
 
-    def _table_width(self, inputs: ModelInputs, runtime_mode: CUDAGraphMode) -> int:
+    def _table_width(self, longest: int, runtime_mode: CUDAGraphMode) -> int:
+        """Block-table columns attention reads: enough for the longest row (`longest` tokens)."""
         if runtime_mode is CUDAGraphMode.FULL:
             return self.max_blocks_per_seq  # a captured graph reads the whole table, always
-        longest = max(inputs.seq_lens, default=1)
         return max(1, math.ceil(longest / self.block_size))
 
     # ANCHOR: execute_model
@@ -314,45 +375,47 @@ class ModelRunner:
         whose `.get()` waits for this step's tokens; the GPU still runs the step.
         """
         start = time.perf_counter()
-        inputs = prepare_inputs(output)
-        runtime_mode, descriptor = self.dispatch(inputs)
-        padded = pad_inputs(inputs, descriptor.num_tokens)
-        metadata = self._copy_in(padded, self._table_width(padded, runtime_mode))
-        n = padded.num_tokens
+        step = gather_step(output)
+        runtime_mode, descriptor = self.dispatch(step.num_tokens, step.uniform_decode)
+        inputs, metadata = self._write_inputs(output, step, descriptor.num_tokens, runtime_mode)
+        n = inputs.num_tokens
         forward_start = self._timestamp() if self.time_forward else 0.0
         with self._forward_context(runtime_mode, descriptor, metadata):
             hidden_states = self.graphs.forward(self.input_ids[:n], self.positions[:n])
         forward_seconds = self._timestamp() - forward_start if self.time_forward else 0.0
         sampled: list[int | None] = [None] * output.num_reqs
-        if inputs.logits_indices:
+        sampling_rows = inputs.sampling_rows.tolist()
+        if sampling_rows:
             # Only the rows that sample go through the LM head, after the graph (if any).
             # In a decode step they are the first rows in order: a slice, no index copy.
-            k = len(inputs.logits_indices)
-            if inputs.logits_indices == list(range(k)):
+            k = len(sampling_rows)
+            if inputs.logits_indices[-1] == k - 1:  # k increasing indices ending at k - 1
                 selected = hidden_states[:k]
             else:
-                rows = torch.tensor(inputs.logits_indices, dtype=torch.long).to(
-                    self.device, non_blocking=True
-                )
+                rows = torch.from_numpy(inputs.logits_indices).to(self.device, non_blocking=True)
                 selected = hidden_states.index_select(0, rows)
             logits = self.model.compute_logits(selected)
-            sampling = [output.scheduled[r] for r in inputs.sampling_rows]
-            seqs = [row.seq for row in sampling]
+            scheduled = output.scheduled
+            seqs = [scheduled[row].seq for row in sampling_rows]
             params = [seq.sampling_params for seq in seqs]
-            generators = [self._generator(row, logits.shape[-1]) for row in sampling]
+            generators = None
+            if any(p.seed is not None for p in params):  # only seeded requests have their own
+                generators = [
+                    self._generator(scheduled[row], logits.shape[-1]) for row in sampling_rows
+                ]
             sampled_ids = self.sampler(logits, params, generators)
             if non_blocking:
                 # The next step may be planned on these before they reach the host.
                 self._prev_sampled = sampled_ids
-                self._prev_sample_row = {seq.seq_id: i for i, seq in enumerate(seqs)}
-                handle = self._copy_out(sampled_ids, inputs.sampling_rows, output.num_reqs)
+                self._prev_sample_ids = [seq.seq_id for seq in seqs]
+                handle = self._copy_out(sampled_ids, sampling_rows, output.num_reqs)
             else:
-                for row, token in zip(inputs.sampling_rows, sampled_ids.tolist()):
+                for row, token in zip(sampling_rows, sampled_ids.tolist()):
                     sampled[row] = token
         elif non_blocking:
             handle = SampledTokens(None, None, [], output.num_reqs)
         self.last_step = self._record(
-            output, inputs, padded, runtime_mode, time.perf_counter() - start, forward_seconds
+            step, inputs.num_tokens, runtime_mode, time.perf_counter() - start, forward_seconds
         )
         return handle if non_blocking else sampled
 
@@ -407,7 +470,9 @@ class ModelRunner:
         inputs = self._dummy_inputs(BatchDescriptor(n))
 
         def run_once() -> None:
-            metadata = self._copy_in(inputs, self._table_width(inputs, CUDAGraphMode.NONE))
+            metadata = self._copy_in(
+                inputs, self._table_width(max(inputs.seq_lens), CUDAGraphMode.NONE)
+            )
             with self._forward_context(CUDAGraphMode.NONE, None, metadata):
                 self.graphs.forward(self.input_ids[:n], self.positions[:n])
             self.graph_backend.synchronize()
@@ -449,7 +514,7 @@ class ModelRunner:
             ):
                 inputs = self._dummy_inputs(descriptor)
                 n = inputs.num_tokens
-                width = self._table_width(inputs, mode)
+                width = self._table_width(max(inputs.seq_lens), mode)
                 metadata = self._copy_in(inputs, width)
                 # A PIECEWISE graph leaves attention out, so what attention computes in
                 # these two runs is never recorded: it does no work here (vLLM's
@@ -519,7 +584,7 @@ class ModelRunner:
         request is recomputed from its tokens and its generator rebuilt (`_generator`)."""
         self._generators.clear()
         self._prev_sampled = None
-        self._prev_sample_row = {}
+        self._prev_sample_ids = []
 
     def _timestamp(self) -> float:
         self.graph_backend.synchronize()
@@ -527,21 +592,20 @@ class ModelRunner:
 
     @staticmethod
     def _record(
-        output,
-        inputs: ModelInputs,
-        padded: ModelInputs,
+        step: StepArrays,
+        num_padded_tokens: int,
         mode: CUDAGraphMode,
         seconds: float,
         forward_seconds: float,
     ) -> StepRecord:
-        prefill = sum(row.num_new_tokens for row in output.scheduled if row.is_prefill)
+        prefill = int(step.query_lens[step.is_prefill].sum())
         return StepRecord(
-            num_reqs=inputs.num_reqs,
-            num_tokens=inputs.num_tokens,
-            num_padded_tokens=padded.num_tokens,
+            num_reqs=step.num_reqs,
+            num_tokens=step.num_tokens,
+            num_padded_tokens=num_padded_tokens,
             num_prefill_tokens=prefill,
-            num_decode_tokens=inputs.num_tokens - prefill,
-            uniform_decode=inputs.uniform_decode,
+            num_decode_tokens=step.num_tokens - prefill,
+            uniform_decode=step.uniform_decode,
             runtime_mode=mode.name,
             seconds=seconds,
             forward_seconds=forward_seconds,

@@ -71,7 +71,9 @@ def run_forward(runner, inputs, mode, descriptor, table_width=None):
     pass the graph's width to an eager run to compare like with like (a wider block
     table adds masked positions, which may change the order of the softmax sums)."""
     n = inputs.num_tokens
-    metadata = runner._copy_in(inputs, table_width or runner._table_width(inputs, mode))
+    metadata = runner._copy_in(
+        inputs, table_width or runner._table_width(max(inputs.seq_lens), mode)
+    )
     with torch.inference_mode(), set_forward_context(mode, descriptor, metadata):
         return runner.graphs.forward(runner.input_ids[:n], runner.positions[:n]).clone()
 
@@ -173,7 +175,7 @@ def test_replay_returns_the_same_output_object(graph_llm):
     runner = llm.engine.runner
     mode, key = runner.dispatcher.dispatch(4, uniform_decode=True)
     inputs = decode_inputs(runner, 4, seed=3)
-    metadata = runner._copy_in(inputs, runner._table_width(inputs, mode))
+    metadata = runner._copy_in(inputs, runner._table_width(max(inputs.seq_lens), mode))
     with torch.inference_mode(), set_forward_context(mode, key, metadata):
         a = runner.graphs.forward(runner.input_ids[:4], runner.positions[:4])
         b = runner.graphs.forward(runner.input_ids[:4], runner.positions[:4])
