@@ -8,7 +8,8 @@ No piece is empty and the order is kept, so k attention calls give at most k + 1
 captured pieces.
 
 Without torch.compile, mini_vllm gets the FX graph from `torch.fx.symbolic_trace`
-with the `Attention` layer kept as one opaque call (a leaf module); with
+with the `Attention` layer kept as one opaque call (a leaf module), and each CustomOp
+layer too, so that it still picks its kernel when the piece runs; with
 torch.compile (CompilationMode.VLLM_COMPILE) the graph comes from Dynamo and the
 attention is the `mini_vllm::attention` custom op. The split is the same code.
 """
@@ -23,6 +24,7 @@ import torch.fx
 from torch.fx.passes.split_module import split_module
 
 from mini_vllm.layers.attention import Attention
+from mini_vllm.layers.custom_op import CustomOp
 
 __all__ = ["SplitItem", "is_attention_node", "split_graph", "trace_with_opaque_attention"]
 
@@ -35,11 +37,18 @@ class SplitItem:
     module: torch.nn.Module
 
 
+OPAQUE_LAYERS = (Attention, CustomOp)
+
+
 class _OpaqueAttentionTracer(torch.fx.Tracer):
-    """Traces everything but the Attention layers, which stay single call_module nodes."""
+    """Traces everything but the Attention layers and the CustomOp layers, which stay
+    single call_module nodes. Attention is where the graph is cut; a CustomOp layer picks
+    its implementation when it runs (mini_vllm/layers/custom_op.py), so a piece run or
+    captured from the graph uses the same kernels as the model run directly, which an
+    op-by-op copy of `forward_native` would not."""
 
     def is_leaf_module(self, module: torch.nn.Module, qualified_name: str) -> bool:
-        return isinstance(module, Attention) or super().is_leaf_module(module, qualified_name)
+        return isinstance(module, OPAQUE_LAYERS) or super().is_leaf_module(module, qualified_name)
 
 
 def trace_with_opaque_attention(model: torch.nn.Module) -> torch.fx.GraphModule:

@@ -16,9 +16,10 @@ With them on, the choice is made on every call, because one model object runs in
 ways in the same process (eagerly, traced by torch.fx for piecewise graphs, compiled by
 Dynamo and Inductor, compiled for the fusion passes), in this order:
 
-1. torch.fx traces (the piecewise split of an uncompiled model, its inputs are proxies):
-   `forward_native`. FX records whatever runs, op by op, so a kernel call would be baked
-   into the graph.
+1. torch.fx traces (its inputs are proxies): `forward_native`. FX records whatever runs,
+   op by op, so a kernel call would be baked into the graph. The piecewise split of an
+   uncompiled model (mini_vllm/compilation/split.py) does not trace into these layers at
+   all: each stays one call in the graph and chooses as below when the piece runs.
 2. Dynamo traces for the fusion passes (inside `emit_custom_ops`): `forward_custom_op`,
    one `mini_vllm::` op a pass can recognise and fold into its neighbour
    (mini_vllm/compilation/passes/fusion.py).

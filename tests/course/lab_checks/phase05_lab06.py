@@ -7,7 +7,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "labs"))
 from mutation import Mutant
 
 MODULE = "mini_vllm.compilation.split"
-LEAF_RULE = "return isinstance(module, Attention) or super().is_leaf_module(module, qualified_name)"
+LEAF_RULE = (
+    "return isinstance(module, OPAQUE_LAYERS) or super().is_leaf_module(module, qualified_name)"
+)
 
 STEPS = {
     1: [f"{MODULE}:trace_with_opaque_attention", f"{MODULE}:_OpaqueAttentionTracer.is_leaf_module"],

@@ -37,6 +37,7 @@ from mini_vllm.compilation.split import trace_with_opaque_attention as course_tr
 from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.forward_context import set_forward_context
 from mini_vllm.layers.attention import Attention, bind_kv_caches, static_forward_context
+from mini_vllm.layers.custom_op import CustomOp
 from mini_vllm.models.loader import load_model
 
 impl = implementation(__file__, starter="split.py", reference="mini_vllm.compilation.split")
@@ -180,10 +181,14 @@ def custom_op_graph(leading_op=False):
 def test_traced_graph_keeps_each_attention_layer_as_one_call_module_node(model, num_layers):
     gm = impl.trace_with_opaque_attention(model.model)
     modules = [gm.get_submodule(n.target) for n in gm.graph.nodes if n.op == "call_module"]
-    # Only the attention layers stay opaque: the linear layers, norms and rotary
-    # embedding are traced through (their work must land in the capturable pieces).
-    assert all(isinstance(m, Attention) for m in modules), [type(m).__name__ for m in modules]
-    assert [m.layer_idx for m in modules] == list(range(num_layers))
+    # The attention layers stay opaque. The linear layers, norms and rotary embedding
+    # land in the capturable pieces: traced through, or kept as one call each (CustomOp
+    # layers, which pick their kernel when they run); whole decoder layers may not.
+    assert all(isinstance(m, (Attention, CustomOp)) for m in modules), [
+        type(m).__name__ for m in modules
+    ]
+    attention = [m for m in modules if isinstance(m, Attention)]
+    assert [m.layer_idx for m in attention] == list(range(num_layers))
 
 
 @pytest.mark.step1
