@@ -7,7 +7,8 @@ sequence stops is decided after the sample, by `check_stop` in mini_vllm/engine/
 
 One row of logits per sequence, each with its own `SamplingParams` and, for a seeded
 request, its own `torch.Generator`, so a request's tokens do not depend on what else
-is in the batch. The random draw uses the "exponential race": argmax(p_i / E_i) with
+is in the batch (the rows without a seed share one draw from torch's generator). The
+random draw uses the "exponential race": argmax(p_i / E_i) with
 E_i ~ Exp(1) picks token i with probability p_i, like `torch.multinomial`, but is one
 elementwise op and an argmax (vLLM's `random_sample` does the same).
 """
@@ -89,10 +90,13 @@ class Sampler(nn.Module):
             top_p = torch.tensor([float(p.top_p) for p in params], device=device)
             logits = apply_top_k_top_p(logits, top_k, top_p)
         probs = logits.softmax(dim=-1)
-        # Exponential race, with each row's own generator for the noise.
-        noise = torch.empty_like(probs)
+        # Exponential race: one draw for the whole batch from torch's generator, then
+        # the seeded rows draw again from their own (so their tokens do not depend on
+        # what else is in the batch); a loop over those rows only.
+        noise = torch.empty_like(probs).exponential_()
         for row, generator in enumerate(generators):
-            noise[row].exponential_(generator=generator)
+            if generator is not None:
+                noise[row].exponential_(generator=generator)
         # A draw of exactly 0 would turn a forbidden token's 0 / 0 into NaN, which
         # argmax would pick; a floor keeps forbidden tokens at exactly 0.
         noise.clamp_(min=torch.finfo(noise.dtype).tiny)
