@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence as SequenceT
 
 from mini_vllm.engine.engine_config import EngineConfig
-from mini_vllm.engine.kv_cache_plan import available_memory_bytes, plan_kv_cache
+from mini_vllm.engine.kv_cache_plan import device_memory, plan_kv_cache
 from mini_vllm.engine.llm_engine import LLMEngine
 from mini_vllm.engine.sequence import Sequence
 from mini_vllm.engine.stats import EngineStats
@@ -35,13 +35,12 @@ class LLM:
         config = EngineConfig.from_kwargs(model=model, **engine_kwargs)
         # The KV cache is checked against the model's shape before the weights load.
         device = resolve_device(config.device)
-        plan_kv_cache(
-            config,
-            load_model_config(config.model),
-            resolve_dtype(config.dtype, device),
-            device,
-            available_memory_bytes(device),
-        )
+        model_config = load_model_config(config.model)
+        dtype = resolve_dtype(config.dtype, device)
+        memory = device_memory(device)
+        if device.type == "cuda":  # the weights load next: count them as held already
+            memory["in_use_bytes"] += model_config.num_parameters() * dtype.itemsize
+        plan_kv_cache(config, model_config, dtype, device, **memory)
         start = time.perf_counter()
         loaded, tokenizer, _ = load_model(
             config.model,

@@ -21,15 +21,24 @@ import sys
 
 from mini_vllm.cli.options import model_options, option
 
-# Every EngineConfig field but model, device and dtype (model_options): (help, argparse options).
+# Every EngineConfig field but model, device and dtype (model_options) and usage_context (set
+# by the command): (help, argparse options). A flag without a default leaves the engine's.
 ENGINE_FLAGS: dict[str, tuple[str, dict]] = {
     "seed": ("seed of the random weights and of unseeded sampling", dict(type=int, default=0)),
     "cpu_threads": (
         "intra-op CPU threads while stepping: auto (PyTorch's setting) or a number",
         dict(default="auto"),
     ),
-    "max_num_seqs": ("requests in one batch at most", dict(type=int, default=16)),
-    "max_num_batched_tokens": ("tokens one step may compute", dict(type=int, default=2048)),
+    "max_num_seqs": (
+        "requests in one batch at most (default: 16 on CPU; on a GPU vLLM's, 1024 with 70 GiB "
+        "or more, an A100 excepted, else 256)",
+        dict(type=int),
+    ),
+    "max_num_batched_tokens": (
+        "tokens one step may compute (default: 2048 on CPU; on a GPU vLLM's server default, "
+        "8192 with 70 GiB or more, an A100 excepted, else 2048)",
+        dict(type=int),
+    ),
     "max_model_len": ("context length (default: the model's)", dict(type=int)),
     "enable_chunked_prefill": (
         "split long prompts over several steps",
@@ -38,6 +47,11 @@ ENGINE_FLAGS: dict[str, tuple[str, dict]] = {
     "block_size": ("tokens per KV block (a power of two)", dict(type=int, default=16)),
     "num_kv_blocks": ("the KV cache's size in blocks (default: from memory)", dict(type=int)),
     "kv_cache_memory_bytes": ("the KV cache's size in bytes", dict(type=int)),
+    "gpu_memory_utilization": (
+        "the fraction of the GPU's memory this engine may use, in (0, 1]: weights, "
+        "activations, CUDA graphs, and the KV cache sized from what is left (CUDA only)",
+        dict(type=float, default=0.9),
+    ),
     "enable_prefix_caching": ("share the KV blocks of common prefixes", dict(action="store_true")),
     "enforce_eager": ("no CUDA graphs, no compilation", dict(action="store_true")),
     "cudagraph_mode": (
@@ -211,7 +225,9 @@ def run(args: argparse.Namespace) -> int:
     from mini_vllm.llm import LLM
     from mini_vllm.models.loader import load_model_config
 
-    kwargs = engine_kwargs(args)
+    # A server's defaults where the engine has two sets: on a GPU, a smaller step budget
+    # than LLM(...)'s, as vLLM's OpenAI server (mini_vllm/engine/engine_config.py).
+    kwargs = {**engine_kwargs(args), "usage_context": "openai_api_server"}
     EngineConfig.from_kwargs(**kwargs)  # a bad option fails now, before the server starts
     load_model_config(args.model)  # and so does an unknown model
     chat_template = load_chat_template(args.chat_template)
@@ -274,5 +290,6 @@ def config_fields_without_flag() -> list[str]:
     """EngineConfig fields that `serve` has no flag for (the tests want none)."""
     from mini_vllm.engine.engine_config import EngineConfig
 
-    covered = {"model", "device", "dtype", *ENGINE_FLAGS}
+    # usage_context is the command's to set, not the user's: `serve` asks for the server's.
+    covered = {"model", "device", "dtype", "usage_context", *ENGINE_FLAGS}
     return [f.name for f in dataclasses.fields(EngineConfig) if f.name not in covered]

@@ -8,12 +8,19 @@ Every field is checked here, before a model is loaded or a byte of cache allocat
 and a message names the field and what to give instead. What needs the model's shape
 (the KV cache's size against max_model_len and free memory) is checked next, still
 before any allocation, by mini_vllm/engine/kv_cache_plan.py.
+
+`max_num_seqs` and `max_num_batched_tokens` left unset are resolved here, by device and
+entry point (`default_batch_limits`): on a GPU vLLM's defaults, which depend on the GPU's
+memory and on whether the engine serves `LLM(...)` or the OpenAI server; on CPU 16 and
+2048, a laptop's share.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+
+import torch
 
 from mini_vllm import _custom_ops as ops
 from mini_vllm.config.capture_sizes import normalize_capture_sizes
@@ -22,11 +29,47 @@ from mini_vllm.engine.scheduler_config import SchedulerConfig
 from mini_vllm.errors import UserError
 from mini_vllm.models.loader import resolve_device, resolve_dtype
 
-__all__ = ["EngineConfig"]
+__all__ = ["USAGE_CONTEXTS", "EngineConfig", "default_batch_limits", "gpu_memory_and_name"]
+
+# Which entry point an engine serves, as vLLM's UsageContext (vllm/usage/usage_lib.py):
+# `LLM(...)` (offline, whole batches: throughput) or the OpenAI server (`serve`: a smaller
+# step budget, so that a long prompt delays the other streams' next tokens less).
+USAGE_CONTEXTS = ("llm_class", "openai_api_server")
+
+# (max_num_seqs, max_num_batched_tokens) by usage context, as vLLM's
+# `EngineArgs.get_batch_defaults` (see `default_batch_limits`).
+LARGE_GPU_BATCH_LIMITS = {"llm_class": (1024, 16384), "openai_api_server": (1024, 8192)}
+GPU_BATCH_LIMITS = {"llm_class": (256, 8192), "openai_api_server": (256, 2048)}
+CPU_BATCH_LIMITS = (16, 2048)
+LARGE_GPU_BYTES = 70 * 2**30
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def gpu_memory_and_name(device: str) -> tuple[int, str]:
+    """The GPU's total memory in bytes and its name: what vLLM's batch defaults depend on."""
+    properties = torch.cuda.get_device_properties(torch.device(device))
+    return properties.total_memory, properties.name
+
+
+def default_batch_limits(device: str, usage_context: str) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) for an engine that leaves them unset.
+
+    On a GPU, vLLM's table: `EngineArgs.get_batch_defaults` in vllm/engine/arg_utils.py
+    (https://github.com/vllm-project/vllm/blob/9aaf83ef502fc37bc647f6e474314d48ba36cd1c/vllm/engine/arg_utils.py#L2258-L2340).
+    With at least 70 GiB and not an A100 (vLLM measured a lower throughput on A100s with
+    the large budget, its PR #17885): 1024 requests, 16384 tokens a step for `LLM(...)`
+    and 8192 for the server; any other GPU: 256 requests, 8192 and 2048 tokens.
+    On CPU, 16 and 2048 whatever the entry point: a laptop-sized engine (vLLM's CPU
+    platform takes 256 requests and 4096 tokens, sized for servers).
+    """
+    if not device.startswith("cuda"):
+        return CPU_BATCH_LIMITS
+    total_bytes, name = gpu_memory_and_name(device)
+    large = total_bytes >= LARGE_GPU_BYTES and "a100" not in name.lower()
+    return (LARGE_GPU_BATCH_LIMITS if large else GPU_BATCH_LIMITS)[usage_context]
 
 
 @dataclass
@@ -41,16 +84,25 @@ class EngineConfig:
     # mini_vllm/kernels/cpu.py); a number: that many.
     cpu_threads: int | str | None = "auto"
 
-    max_num_seqs: int = 16  # requests in one batch at most
-    max_num_batched_tokens: int = 2048  # tokens one step may compute
+    # Requests in one batch at most, and tokens one step may compute. None: the device's
+    # defaults for the entry point (`default_batch_limits`); ints once the config is built.
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
     max_model_len: int | None = None  # None: the model's context length
     enable_chunked_prefill: bool = True
+    # "llm_class" (`LLM(...)`) or "openai_api_server" (what `serve` asks for): which of
+    # vLLM's defaults an unset max_num_seqs / max_num_batched_tokens gets on a GPU.
+    usage_context: str = "llm_class"
 
     block_size: int = 16  # tokens per KV block
-    # The KV cache's size: give at most one of the two. Neither: enough for max_num_seqs
-    # full-length requests, and on CPU at most 1 GiB (mini_vllm/engine/kv_cache_plan.py).
+    # The KV cache's size: give at most one of the two. Neither: on CUDA what
+    # gpu_memory_utilization leaves, on CPU at most 1 GiB, and never more than max_num_seqs
+    # full-length requests can use (mini_vllm/engine/kv_cache_plan.py).
     num_kv_blocks: int | None = None
     kv_cache_memory_bytes: int | None = None
+    # The fraction of the GPU's memory this engine may take: weights, activations, CUDA
+    # graphs and the KV cache, which gets what is left (vLLM's name and default). CUDA only.
+    gpu_memory_utilization: float = 0.9
     enable_prefix_caching: bool = False
 
     enforce_eager: bool = False  # no CUDA graphs, no compilation
@@ -75,6 +127,9 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         self._check_fields()
+        self._resolve_batch_limits()
+        if self.cudagraph_capture_sizes is not None:
+            normalize_capture_sizes(self.cudagraph_capture_sizes, self.max_num_batched_tokens)
         if self.custom_ops is None:
             self.custom_ops = ops.current_custom_ops()
         elif not isinstance(self.custom_ops, frozenset):
@@ -126,7 +181,7 @@ class EngineConfig:
         at_least |= {"max_model_len": 2, "num_kv_blocks": 1, "kv_cache_memory_bytes": 1}
         for name, minimum in at_least.items():
             value = getattr(self, name)
-            optional = name not in ("max_num_seqs", "max_num_batched_tokens", "block_size")
+            optional = name != "block_size"
             if (value is None and optional) or (_is_int(value) and value >= minimum):
                 continue
             hint = " (a prompt token and a new one)" if name == "max_model_len" else ""
@@ -139,6 +194,21 @@ class EngineConfig:
         if self.num_kv_blocks is not None and self.kv_cache_memory_bytes is not None:
             raise UserError(
                 "give the KV cache's size once: num_kv_blocks or kv_cache_memory_bytes, not both"
+            )
+        utilization = self.gpu_memory_utilization
+        if not (
+            isinstance(utilization, (int, float))
+            and not isinstance(utilization, bool)
+            and 0 < utilization <= 1
+        ):
+            raise UserError(
+                "gpu_memory_utilization must be a number in (0, 1], the fraction of the GPU's "
+                f"memory this engine may use (default 0.9), got {utilization!r}"
+            )
+        if self.usage_context not in USAGE_CONTEXTS:
+            raise UserError(
+                f"usage_context must be one of {', '.join(USAGE_CONTEXTS)}, "
+                f"got {self.usage_context!r}"
             )
         for name in (
             "enable_chunked_prefill",
@@ -153,15 +223,40 @@ class EngineConfig:
             raise UserError(
                 f"enable_fusion must be None, True or False, got {self.enable_fusion!r}"
             )
-        if self.cudagraph_capture_sizes is not None:
-            if isinstance(self.cudagraph_capture_sizes, (str, bytes)):
-                raise UserError(
-                    "cudagraph_capture_sizes must be a list of integers, "
-                    f"got {self.cudagraph_capture_sizes!r}"
-                )
-            normalize_capture_sizes(self.cudagraph_capture_sizes, self.max_num_batched_tokens)
+        if isinstance(self.cudagraph_capture_sizes, (str, bytes)):
+            raise UserError(
+                "cudagraph_capture_sizes must be a list of integers, "
+                f"got {self.cudagraph_capture_sizes!r}"
+            )
 
     # ANCHOR_END: check_fields
+
+    def _resolve_batch_limits(self) -> None:
+        """Give an unset max_num_seqs / max_num_batched_tokens the device's default.
+
+        On a GPU, then vLLM's adjustments of a defaulted value
+        (`EngineArgs._set_default_max_num_seqs_and_batched_tokens_args`, same file as
+        `default_batch_limits`), where they need max_model_len only when it is given:
+        without chunked prefill the step budget grows to max_model_len (a whole prompt must
+        fit in one step); it shrinks to max_num_seqs * max_model_len, all a step could ever
+        hold; and max_num_seqs shrinks to the step budget (a decode step needs a token per
+        request). On CPU the defaults are taken as they are.
+        """
+        if self.max_num_seqs is not None and self.max_num_batched_tokens is not None:
+            return
+        default_seqs, default_tokens = default_batch_limits(self.device, self.usage_context)
+        on_gpu = self.device.startswith("cuda")
+        if self.max_num_batched_tokens is None:
+            tokens = default_tokens
+            if on_gpu and self.max_model_len is not None:
+                if not self.enable_chunked_prefill:
+                    tokens = max(tokens, self.max_model_len)
+                tokens = min(tokens, (self.max_num_seqs or default_seqs) * self.max_model_len)
+            self.max_num_batched_tokens = tokens
+        if self.max_num_seqs is None:
+            self.max_num_seqs = (
+                min(default_seqs, self.max_num_batched_tokens) if on_gpu else default_seqs
+            )
 
     @classmethod
     def from_kwargs(cls, **kwargs: object) -> EngineConfig:

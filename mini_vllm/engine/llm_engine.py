@@ -27,7 +27,7 @@ import torch
 from mini_vllm.engine.async_scheduler import AsyncScheduler
 from mini_vllm.engine.block_manager import BlockManager
 from mini_vllm.engine.engine_config import EngineConfig
-from mini_vllm.engine.kv_cache_plan import available_memory_bytes, plan_kv_cache
+from mini_vllm.engine.kv_cache_plan import device_memory, plan_kv_cache
 from mini_vllm.engine.model_runner import ModelRunner, SampledTokens
 from mini_vllm.engine.scheduler import Scheduler
 from mini_vllm.engine.scheduler_output import SchedulerOutput
@@ -56,7 +56,7 @@ class LLMEngine:
         # The cache's size, checked against max_model_len and free memory before any
         # allocation (mini_vllm/engine/kv_cache_plan.py).
         plan = plan_kv_cache(
-            config, model.config, weight.dtype, weight.device, available_memory_bytes(weight.device)
+            config, model.config, weight.dtype, weight.device, **device_memory(weight.device)
         )
         self.max_model_len, num_blocks = plan.max_model_len, plan.num_blocks
         self.block_manager = BlockManager(

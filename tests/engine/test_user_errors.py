@@ -205,6 +205,10 @@ def no_loading(monkeypatch):
     ("kwargs", "named"),
     [
         (dict(max_num_seqs=10**7), "max_num_seqs"),
+        # step buffers of 10**12 tokens: refused against free memory, not a MemoryError
+        (dict(max_num_seqs=10**9, max_num_batched_tokens=10**12), "max_num_batched_tokens"),
+        (dict(gpu_memory_utilization=0), "gpu_memory_utilization"),
+        (dict(gpu_memory_utilization=1.5), "gpu_memory_utilization"),
         (dict(max_num_seqs=0), "max_num_seqs"),
         (dict(max_num_seqs=True), "max_num_seqs"),
         (dict(max_num_batched_tokens=2.5), "max_num_batched_tokens"),
@@ -255,5 +259,33 @@ def test_the_default_cpu_kv_cache_is_one_gib_at_most():
     plan = plan_kv_cache(config, smollm2, torch.float32, torch.device("cpu"))
     assert plan.num_bytes <= CPU_DEFAULT_KV_CACHE_BYTES < 16 * 8192 * 46080  # the old 5.6 GiB
     assert plan.num_tokens >= plan.max_model_len == 8192
+    # Without the GPU's memory numbers, a CUDA cache is the full rule, with no cap (with
+    # them: what gpu_memory_utilization leaves, tests/engine/test_kv_cache_plan.py).
     on_gpu = plan_kv_cache(config, smollm2, torch.bfloat16, torch.device("cuda"))
-    assert on_gpu.num_tokens == 16 * 8192  # a GPU keeps the full rule
+    assert on_gpu.num_tokens == 16 * 8192
+
+
+def test_serve_refuses_a_bad_gpu_memory_utilization_before_listening(capsys):
+    pytest.importorskip("fastapi")
+    from mini_vllm.__main__ import main
+
+    assert main(["serve", "--port", "0", "--gpu-memory-utilization", "1.5"]) == 2
+    assert "gpu_memory_utilization must be a number in (0, 1]" in capsys.readouterr().err
+
+
+def test_serve_flags_leave_the_batch_limits_to_the_engine():
+    import argparse
+
+    from mini_vllm.cli.serve import add_engine_options, engine_argv, engine_kwargs
+
+    parser = argparse.ArgumentParser()
+    add_engine_options(parser)
+    defaults = parser.parse_args([])
+    kwargs = engine_kwargs(defaults)
+    assert "max_num_seqs" not in kwargs and "max_num_batched_tokens" not in kwargs
+    assert kwargs["gpu_memory_utilization"] == 0.9
+    assert "--gpu-memory-utilization" not in engine_argv(defaults)
+    half = parser.parse_args(["--gpu-memory-utilization", "0.5"])
+    assert engine_kwargs(half)["gpu_memory_utilization"] == 0.5
+    words = engine_argv(half)
+    assert words[words.index("--gpu-memory-utilization") + 1] == "0.5"
