@@ -47,6 +47,7 @@ from mini_vllm.errors import UserError
 
 __all__ = [
     "GOODPUT_METRICS",
+    "QUESTIONS",
     "RequestResult",
     "SampleRequest",
     "ServeBenchReport",
@@ -60,6 +61,7 @@ __all__ = [
     "parse_request_rates",
     "plot_combined",
     "plot_report",
+    "random_length_bounds",
     "request_tpot",
     "run_serve_bench",
     "sample_requests",
@@ -73,12 +75,41 @@ PROMPT_TOKEN_RANGE = 256  # random prompt ids are drawn below this: in every mod
 
 # -- the dataset --------------------------------------------------------------------------------
 
+# `--dataset-name questions`, here and in `bench throughput` (mini_vllm/bench/throughput.py).
+QUESTIONS = [
+    "What is the capital of France?",
+    "Explain photosynthesis in one paragraph.",
+    "Write a haiku about the sea.",
+    "What is a prime number?",
+    "Give three tips for learning to code.",
+    "Why is the sky blue?",
+    "What does a CPU do?",
+    "Summarise the plot of Hamlet.",
+    "How do vaccines work?",
+    "What is the Pythagorean theorem?",
+    "Describe a cat to a child.",
+    "What is machine learning?",
+    "How far is the Moon?",
+    "Name the planets of the solar system.",
+    "What causes the seasons?",
+    "How do I boil an egg?",
+]
+
 
 @dataclass(frozen=True)
 class SampleRequest:
     prompt: list[int] | str  # token ids, or text (the questions dataset)
     prompt_len: int | None  # None for text: the server's usage tells
     output_len: int
+
+
+def random_length_bounds(mean: int, range_ratio: float) -> tuple[int, int]:
+    """The random dataset's lengths, both ends included: `floor(mean * (1 - ratio))` to
+    `ceil(mean * (1 + ratio))`, as vLLM's `RandomDataset.get_sampling_params`. A low end of
+    0 is raised to 1: vLLM does so for output lengths and refuses such an input range."""
+    if not 0.0 <= range_ratio < 1.0:
+        raise UserError(f"--random-range-ratio must be in [0, 1), got {range_ratio}")
+    return max(1, math.floor(mean * (1 - range_ratio))), math.ceil(mean * (1 + range_ratio))
 
 
 def sample_requests(
@@ -92,15 +123,10 @@ def sample_requests(
     """`num_prompts` requests; lengths uniform in [len * (1 - ratio), len * (1 + ratio)]."""
     if num_prompts < 1 or input_len < 1 or output_len < 1:
         raise UserError("--num-prompts, --random-input-len and --random-output-len must be >= 1")
-    if not 0.0 <= range_ratio < 1.0:
-        raise UserError(f"--random-range-ratio must be in [0, 1), got {range_ratio}")
     rng = np.random.default_rng(seed)
 
     def lengths(mean: int) -> np.ndarray:
-        low, high = (
-            max(1, math.floor(mean * (1 - range_ratio))),
-            math.ceil(mean * (1 + range_ratio)),
-        )
+        low, high = random_length_bounds(mean, range_ratio)
         return rng.integers(low, high + 1, size=num_prompts)
 
     inputs, outputs = lengths(input_len), lengths(output_len)
@@ -110,8 +136,6 @@ def sample_requests(
             for n, m in zip(inputs, outputs)
         ]
     if dataset == "questions":
-        from mini_vllm.bench.throughput import QUESTIONS
-
         return [
             SampleRequest(QUESTIONS[i % len(QUESTIONS)], None, int(m))
             for i, m in enumerate(outputs)

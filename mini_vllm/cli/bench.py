@@ -9,6 +9,7 @@ a benchmark, write `_add_<name>(parser)` (its docstring is the description) and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
@@ -221,13 +222,151 @@ def _decode_command_line(args: argparse.Namespace) -> str:
 
 
 def _add_throughput(p: argparse.ArgumentParser) -> None:
-    """Generate for many prompts with mini_vllm's engine (all at once) and with transformers'
-    generate (one after another) on the same weights; print tokens/s for both and the ratio."""
-    _add_model_options(p, dtype=False)
-    option(p, "--num-prompts", "prompts served", type=int, default=16)
-    option(p, "--new-tokens", "tokens generated per prompt", type=int, default=64)
-    option(p, "--max-num-seqs", "engine batch limit", type=int, default=16)
+    """Serve many prompts at once through mini_vllm's `LLM.generate` and print output tokens/s,
+    total tokens/s and requests/s, as vllm bench throughput does. Datasets: a shipped set of
+    chat questions (the default), timed beside transformers' generate one prompt at a time on
+    the same weights; or vLLM's random dataset (token-id prompts, seeded lengths, EOS
+    ignored). --preset nano-vllm runs the offline workload nano-vllm and mini-sglang compare
+    engines with (256 requests, prompt and output lengths uniform in 100..1024, temperature
+    0.6) and lists published numbers for it."""
+    from mini_vllm.bench.throughput import DATASETS, PRESETS
+
+    model_options(p)
+    option(
+        p,
+        "--hf",
+        "also time transformers' generate on the same weights, one prompt at a time (default: "
+        "on for the questions, off for the random dataset, where it would take hours)",
+        action=argparse.BooleanOptionalAction,
+    )
+    data = p.add_argument_group("dataset (as vllm bench throughput)")
+    option(
+        data,
+        "--dataset-name",
+        "questions: shipped chat questions; random: token ids, exact lengths (default: "
+        "questions, or random with --preset)",
+        choices=DATASETS,
+    )
+    option(
+        data,
+        "--preset",
+        "a standard workload: nano-vllm = 256 requests, prompt and output lengths uniform in "
+        "[100, 1024], temperature 0.6, EOS ignored; it also sets --max-num-seqs 256 and "
+        "--max-num-batched-tokens 16384 unless given",
+        choices=sorted(PRESETS),
+    )
+    option(data, "--num-prompts", "requests (default: 16 questions, 100 random)", type=int)
+    option(data, "--new-tokens", "questions: tokens generated per prompt (default: 64)", type=int)
+    option(data, "--random-input-len", "random: mean prompt length (default: 128)", type=int)
+    option(data, "--random-output-len", "random: mean output length (default: 64)", type=int)
+    option(
+        data,
+        "--random-range-ratio",
+        "random: lengths uniform in [floor(len * (1 - r)), ceil(len * (1 + r))], r in [0, 1) "
+        "(default: 0)",
+        type=float,
+    )
+    option(data, "--seed", "seeds the prompts, their lengths and the engine", type=int, default=0)
+    option(data, "--temperature", "0: greedy (default: 0; 0.6 with --preset)", type=float)
+    engine = p.add_argument_group("engine (default: the engine's own, or the preset's)")
+    option(engine, "--max-num-seqs", "requests in one batch at most", type=int)
+    option(engine, "--max-num-batched-tokens", "tokens one step may compute", type=int)
     _add_output_options(p, "benchmarks/results/throughput-<device>.md")
+
+
+# The workload options and how each reads on a command line.
+_THROUGHPUT_WORKLOAD_OPTIONS = {
+    "num_prompts": "--num-prompts",
+    "new_tokens": "--new-tokens",
+    "random_input_len": "--random-input-len",
+    "random_output_len": "--random-output-len",
+    "random_range_ratio": "--random-range-ratio",
+    "temperature": "--temperature",
+}
+_RANDOM_ONLY = ("random_input_len", "random_output_len", "random_range_ratio")
+
+
+def _throughput_workload(args: argparse.Namespace):
+    """The ThroughputWorkload the options describe, or a UserError saying which option to
+    change."""
+    from mini_vllm.bench.throughput import PRESETS, ThroughputWorkload
+    from mini_vllm.errors import UserError
+
+    given = [name for name in _THROUGHPUT_WORKLOAD_OPTIONS if getattr(args, name) is not None]
+    if args.preset is not None:
+        if args.dataset_name == "questions":
+            raise UserError(
+                f"--preset {args.preset} is a random-dataset workload; drop --dataset-name "
+                "questions"
+            )
+        if given:
+            flags = " ".join(_THROUGHPUT_WORKLOAD_OPTIONS[name] for name in given)
+            raise UserError(
+                f"--preset {args.preset} fixes the workload, so {flags} would change what its "
+                "published numbers compare with; drop it, or give --dataset-name random with "
+                "your own numbers instead of --preset"
+            )
+        return dataclasses.replace(PRESETS[args.preset].workload, seed=args.seed)
+    dataset = args.dataset_name or "questions"
+    if dataset == "questions":
+        random_only = [_THROUGHPUT_WORKLOAD_OPTIONS[n] for n in _RANDOM_ONLY if n in given]
+        if random_only:
+            verb = "applies" if len(random_only) == 1 else "apply"
+            raise UserError(
+                f"{' '.join(random_only)} {verb} only to the random dataset; add --dataset-name "
+                "random (or give --new-tokens for the questions)"
+            )
+        return ThroughputWorkload(
+            dataset="questions",
+            num_prompts=_or(args.num_prompts, 16),
+            output_len=_or(args.new_tokens, 64),
+            seed=args.seed,
+            temperature=_or(args.temperature, 0.0),
+        )
+    if args.new_tokens is not None:
+        raise UserError(
+            "--new-tokens applies to the questions; with --dataset-name random give "
+            "--random-output-len (the mean output length)"
+        )
+    return ThroughputWorkload(
+        dataset="random",
+        num_prompts=_or(args.num_prompts, 100),
+        input_len=_or(args.random_input_len, 128),
+        output_len=_or(args.random_output_len, 64),
+        range_ratio=_or(args.random_range_ratio, 0.0),
+        seed=args.seed,
+        temperature=_or(args.temperature, 0.0),
+    )
+
+
+def _or(value, default):
+    return default if value is None else value
+
+
+def _throughput_command_line(args: argparse.Namespace) -> str:
+    """The command, rebuilt from the options given, for the result file."""
+    words = ["python", "-m", "mini_vllm", "bench", "throughput", "--device", args.device]
+    if args.model != "smollm2-135m-instruct":
+        words += ["--model", args.model]
+    if args.dtype != "auto":
+        words += ["--dtype", args.dtype]
+    if args.preset is not None:
+        words += ["--preset", args.preset]
+    if args.dataset_name is not None:
+        words += ["--dataset-name", args.dataset_name]
+    for name, flag in _THROUGHPUT_WORKLOAD_OPTIONS.items():
+        if getattr(args, name) is not None:
+            words += [flag, f"{getattr(args, name):g}"]
+    if args.seed != 0:
+        words += ["--seed", str(args.seed)]
+    for name in ("max_num_seqs", "max_num_batched_tokens"):
+        if getattr(args, name) is not None:
+            words += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    if args.hf is not None:
+        words.append("--hf" if args.hf else "--no-hf")
+    if args.output:
+        words += ["--output", args.output]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def _run_throughput(args: argparse.Namespace) -> int:
@@ -237,31 +376,25 @@ def _run_throughput(args: argparse.Namespace) -> int:
     )
     from mini_vllm.errors import UserError
 
-    if args.num_prompts < 1 or args.new_tokens < 1 or args.max_num_seqs < 1:
-        raise UserError("--num-prompts, --new-tokens and --max-num-seqs must be >= 1")
+    workload = _throughput_workload(args)
+    for name in ("max_num_seqs", "max_num_batched_tokens"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            flag = f"--{name.replace('_', '-')}"
+            raise UserError(f"{flag} must be >= 1, got {value} (leave it out for the default)")
     default_output = f"benchmarks/results/throughput-{args.device.split(':')[0]}.md"
     _check_output(args, default_output)
-    options = dict(
-        num_prompts=args.num_prompts,
-        new_tokens=args.new_tokens,
-        max_num_seqs=args.max_num_seqs,
-        with_hf=not args.no_hf,
-    )
-    result = run_throughput_bench(args.model, args.device, log=_say, **options)
-    words = [
-        "python",
-        "-m",
-        "mini_vllm",
-        "bench",
-        "throughput",
-        "--device",
+    result = run_throughput_bench(
+        args.model,
         args.device,
-        "--num-prompts",
-        str(args.num_prompts),
-    ]
-    if args.new_tokens != 64:
-        words += ["--new-tokens", str(args.new_tokens)]
-    text = format_throughput_markdown(result, " ".join(shlex.quote(w) for w in words))
+        workload,
+        dtype=args.dtype,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        with_hf=args.hf,
+        log=_say,
+    )
+    text = format_throughput_markdown(result, _throughput_command_line(args))
     print(text)
     _write_result(args, text, default_output)
     return 0
