@@ -12,6 +12,7 @@ outside the engine that runs a model holds on to its layers.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -52,16 +53,23 @@ class ForwardContext:
     skip_attention: bool = False
 
 
-_current: ForwardContext | None = None
+# The context of the forward running in this thread (or asyncio task). A context
+# variable, not a module global: two engines stepping in two threads each see their
+# own, where a global would hand one engine's attention metadata to the other's layers
+# mid-step. (vLLM keeps one global: each of its engine processes runs one engine.)
+_current: contextvars.ContextVar[ForwardContext | None] = contextvars.ContextVar(
+    "mini_vllm_forward_context", default=None
+)
 
 
 def get_forward_context() -> ForwardContext:
-    if _current is None:
+    context = _current.get()
+    if context is None:
         raise RuntimeError(
             "no forward context is set: run the model through the "
             "model runner (or inside `with set_forward_context(...)`)"
         )
-    return _current
+    return context
 
 
 @contextlib.contextmanager
@@ -72,16 +80,15 @@ def set_forward_context(
     no_compile_layers: dict[str, Any] | None = None,
     skip_attention: bool = False,
 ) -> Iterator[ForwardContext]:
-    global _current
-    previous = _current
-    _current = ForwardContext(
+    context = ForwardContext(
         cudagraph_runtime_mode,
         batch_descriptor,
         attn_metadata,
         no_compile_layers or {},
         skip_attention,
     )
+    token = _current.set(context)
     try:
-        yield _current
+        yield context
     finally:
-        _current = previous
+        _current.reset(token)
