@@ -18,6 +18,7 @@ memory and on whether the engine serves `LLM(...)` or the OpenAI server; on CPU 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +43,8 @@ LARGE_GPU_BATCH_LIMITS = {"llm_class": (1024, 16384), "openai_api_server": (1024
 GPU_BATCH_LIMITS = {"llm_class": (256, 8192), "openai_api_server": (256, 2048)}
 CPU_BATCH_LIMITS = (16, 2048)
 LARGE_GPU_BYTES = 70 * 2**30
+# vLLM's largest block size choice; a larger block only wastes its unused tail.
+MAX_BLOCK_SIZE = 256
 
 
 def _is_int(value: object) -> bool:
@@ -189,8 +192,17 @@ class EngineConfig:
                 f"{name} must be an integer >= {minimum}{hint}"
                 f"{' or None' if optional else ''}, got {value!r}"
             )
-        if self.block_size & (self.block_size - 1):
-            raise UserError(f"block_size must be a power of two, got {self.block_size}")
+        if self.block_size & (self.block_size - 1) or self.block_size > MAX_BLOCK_SIZE:
+            raise UserError(
+                f"block_size must be a power of two of at most {MAX_BLOCK_SIZE} tokens, got "
+                f"{self.block_size}"
+            )
+        cores = os.cpu_count() or 1
+        if _is_int(self.cpu_threads) and self.cpu_threads > cores:
+            raise UserError(
+                f"cpu_threads={self.cpu_threads} is more than this machine's {cores} logical "
+                f"CPUs; give at most {cores}, or 'auto'"
+            )
         if self.num_kv_blocks is not None and self.kv_cache_memory_bytes is not None:
             raise UserError(
                 "give the KV cache's size once: num_kv_blocks or kv_cache_memory_bytes, not both"

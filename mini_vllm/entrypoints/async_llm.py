@@ -278,6 +278,18 @@ class AsyncLLM:
                 return True
 
     def _add(self, engine, add: _Add) -> None:
+        if add.request_id in self._live:  # its deltas would go to two queues, its abort to both
+            self._send(
+                add,
+                RequestOutputDelta(
+                    [],
+                    "error",
+                    f"request id {add.request_id!r} belongs to a request still running; "
+                    "give each request its own id",
+                    400,
+                ),
+            )
+            return
         try:
             seq = engine.add_request(add.prompt_token_ids, add.params)
         except UserError as exc:  # the handlers check first; this is the last line

@@ -594,3 +594,39 @@ def test_serve_refuses_bad_options_before_listening(flags, message, capsys):
 
     assert main(["serve", "--port", "0", *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_duplicate_request_id_is_refused_and_the_first_request_goes_on(offline):
+    async_llm = AsyncLLM(lambda: LLM("tiny", **ENGINE))
+    async_llm.start()
+    try:
+        assert async_llm.wait_ready(120), async_llm.startup_error
+        prompt = [5, 6, 7, 8]
+        params = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)
+
+        async def collect(request_id, started=None):
+            tokens, last = [], None
+            async with contextlib.aclosing(
+                async_llm.generate(request_id, prompt, params)
+            ) as deltas:
+                async for delta in deltas:
+                    tokens += delta.new_token_ids
+                    last = delta
+                    if started is not None:
+                        started.set()
+            return tokens, last
+
+        async def both():
+            started = asyncio.Event()
+            first = asyncio.ensure_future(collect("same-id", started))
+            await started.wait()  # the first request is running in the engine
+            second = await collect("same-id")
+            return await first, second
+
+        (tokens, last), (_, refused) = asyncio.run(both())
+        assert refused.status_code == 400 and "same-id" in refused.error
+        assert last.finish_reason == "length"
+        assert tokens == offline.generate([prompt], params, use_tqdm=False)[0].token_ids
+        wait_until(lambda: engine_idle_and_free(async_llm), what="every block free")
+    finally:
+        async_llm.shutdown()

@@ -214,7 +214,9 @@ def no_loading(monkeypatch):
         (dict(max_num_batched_tokens=2.5), "max_num_batched_tokens"),
         (dict(cpu_threads=0), "cpu_threads"),
         (dict(cpu_threads="many"), "cpu_threads"),
+        (dict(cpu_threads=10**6), "cpu_threads"),  # more threads than cores: refused
         (dict(block_size=6), "block_size"),
+        (dict(block_size=2**20), "block_size"),  # one block would outweigh a whole cache
         (dict(num_kv_blocks=0), "num_kv_blocks"),
         (dict(max_model_len=1), "max_model_len"),
         (dict(max_model_len=300), "max_model_len"),  # the tiny model has 256 positions
