@@ -10,7 +10,7 @@ performance layer makes the same engine fast and can be switched off
 The public API
     llm.py            `LLM`: offline generation (vllm/entrypoints/llm.py)
     sampling_params.py  `SamplingParams` (vllm/sampling_params.py)
-    outputs.py        `RequestOutput` (vllm/outputs.py)
+    outputs.py        `RequestOutput` and its `CompletionOutput`s (vllm/outputs.py)
     errors.py         `UserError`: a mistake the user can fix (the CLI prints it in one line)
     entrypoints/      the OpenAI-compatible server, its engine thread, its Prometheus metrics
                       (vllm/entrypoints/openai/, vllm/v1/engine/async_llm.py)
@@ -56,7 +56,7 @@ The package root stays light: `LLM` (which imports torch) is loaded on first use
 """
 
 __version__ = "0.1.0"
-__all__ = ["LLM", "SamplingParams", "__version__"]
+__all__ = ["LLM", "CompletionOutput", "RequestOutput", "SamplingParams", "__version__"]
 
 
 def __getattr__(name: str):
@@ -68,4 +68,8 @@ def __getattr__(name: str):
         from mini_vllm.sampling_params import SamplingParams
 
         return SamplingParams
+    if name in ("CompletionOutput", "RequestOutput"):
+        from mini_vllm import outputs
+
+        return getattr(outputs, name)
     raise AttributeError(f"module 'mini_vllm' has no attribute {name!r}")

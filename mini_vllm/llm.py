@@ -22,9 +22,9 @@ from mini_vllm.engine.sequence import Sequence
 from mini_vllm.engine.stats import EngineStats
 from mini_vllm.errors import UserError
 from mini_vllm.models.loader import load_model, load_model_config, resolve_device, resolve_dtype
-from mini_vllm.outputs import RequestOutput
+from mini_vllm.outputs import CompletionOutput, RequestOutput
 from mini_vllm.sampling_params import SamplingParams
-from mini_vllm.tokenizer import default_tokenizer
+from mini_vllm.tokenizer import default_tokenizer, render_chat_template
 from mini_vllm.utils import OneCallerAtATime, cpu_threads_context
 
 __all__ = ["LLM"]
@@ -133,6 +133,42 @@ class LLM:
 
     # ANCHOR_END: generate
 
+    # ANCHOR: chat
+    def chat(
+        self,
+        messages: SequenceT[dict[str, str]] | SequenceT[SequenceT[dict[str, str]]],
+        sampling_params: SamplingParams | SequenceT[SamplingParams] | None = None,
+        use_tqdm: bool | None = None,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[RequestOutput]:
+        """Generate the assistant's reply to one conversation, or to each of several
+        (vLLM's `LLM.chat`): each is rendered with the model's chat template (or
+        `chat_template`, a Jinja source) and generated as `generate` does."""
+        conversations = _as_conversations(messages)
+        if self.tokenizer is None:
+            raise UserError(
+                f"{self.config.model!r} has no tokenizer, so it cannot render a conversation; "
+                "give token ids to generate() instead"
+            )
+        template = chat_template or getattr(self.tokenizer, "chat_template", None)
+        if not template:
+            raise UserError(
+                f"{self.config.model!r} has no chat template: pass chat_template= (a Jinja "
+                "source), or use generate() with the prompt text"
+            )
+        specials = getattr(self.tokenizer, "special_tokens", {})
+        prompts = [
+            self.tokenizer.encode(
+                render_chat_template(template, list(c), add_generation_prompt, **specials),
+                add_special_tokens=False,  # the template holds every special token it wants
+            )
+            for c in conversations
+        ]
+        return self.generate(prompts, sampling_params, use_tqdm=use_tqdm)
+
+    # ANCHOR_END: chat
+
     @staticmethod
     def _as_prompt_list(prompts: object) -> list:
         if isinstance(prompts, str):
@@ -202,21 +238,41 @@ class LLM:
             request_id=-1,
             prompt=prompt,
             prompt_token_ids=ids,
-            text="",
-            token_ids=[],
-            finish_reason="error",
+            outputs=[CompletionOutput(index=0, text="", token_ids=[], finish_reason="error")],
             error=error,
         )
 
     def _output(self, seq: Sequence, prompt: str | None) -> RequestOutput:
         tokens = list(seq.output_token_ids)
         text = self.tokenizer.decode(tokens) if self.tokenizer is not None else ""
+        completion = CompletionOutput(
+            index=0, text=text, token_ids=tokens, finish_reason=seq.finish_reason.value
+        )
         return RequestOutput(
             request_id=seq.seq_id,
             prompt=prompt,
             prompt_token_ids=list(seq.prompt_token_ids),
-            text=text,
-            token_ids=tokens,
-            finish_reason=seq.finish_reason.value,
+            outputs=[completion],
             error=seq.error,
         )
+
+
+def _as_conversations(messages: object) -> list[list[dict[str, str]]]:
+    """One conversation (a list of {"role", "content"} dicts) or a list of them."""
+    if isinstance(messages, SequenceT) and messages and isinstance(messages[0], dict):
+        conversations = [messages]
+    elif isinstance(messages, SequenceT) and not isinstance(messages, (str, bytes)):
+        conversations = list(messages)
+    else:
+        conversations = []
+    if not conversations or not all(
+        isinstance(c, SequenceT)
+        and c
+        and all(isinstance(m, dict) and {"role", "content"} <= m.keys() for m in c)
+        for c in conversations
+    ):
+        raise UserError(
+            "chat() takes a conversation, a list of {'role': ..., 'content': ...} messages, "
+            "or a list of such conversations"
+        )
+    return [list(c) for c in conversations]

@@ -1,14 +1,38 @@
 """What `LLM.generate` returns for each prompt.
 
-vLLM counterpart: vllm/outputs.py (`RequestOutput`, `CompletionOutput`), folded into
-one class since mini_vllm generates one completion per prompt.
+vLLM counterpart: vllm/outputs.py (`RequestOutput`, whose `outputs` is a list of
+`CompletionOutput`, one a completion asked for). mini_vllm generates one completion a
+prompt, so `outputs` has one entry; `text`, `token_ids` and `finish_reason` on the
+request itself are that completion's, a shortcut vLLM does not have.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["RequestOutput"]
+__all__ = ["CompletionOutput", "RequestOutput"]
+
+
+# ANCHOR: completion_output
+@dataclass(frozen=True)
+class CompletionOutput:
+    """One completion of a prompt (vLLM's `CompletionOutput`)."""
+
+    index: int  # which completion of the request (0: the only one here)
+    text: str  # the generated text ("" without a tokenizer)
+    token_ids: list[int]  # the generated tokens
+    # "stop" (EOS), "length" (max_tokens or max_model_len), "error" or "abort"
+    finish_reason: str
+    # What stopped it when finish_reason is "stop": the stop token's id (None: EOS).
+    stop_reason: int | str | None = None
+    cumulative_logprob: float | None = None  # None: log-probabilities were not asked for
+    logprobs: list | None = None
+
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+# ANCHOR_END: completion_output
 
 
 @dataclass(frozen=True)
@@ -16,11 +40,23 @@ class RequestOutput:
     request_id: int
     prompt: str | None  # None when the prompt was given as token ids
     prompt_token_ids: list[int]
-    text: str  # the generated text ("" without a tokenizer)
-    token_ids: list[int]  # the generated tokens
-    # "stop" (EOS), "length" (max_tokens or max_model_len), "error" or "abort"
-    finish_reason: str
+    outputs: list[CompletionOutput] = field(default_factory=list)
+    finished: bool = True
     error: str | None = None  # why the request failed, when finish_reason is "error"
+
+    @property
+    def text(self) -> str:
+        """The first completion's text: `outputs[0].text`."""
+        return self.outputs[0].text
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The first completion's tokens: `outputs[0].token_ids`."""
+        return self.outputs[0].token_ids
+
+    @property
+    def finish_reason(self) -> str:
+        return self.outputs[0].finish_reason
 
     @property
     def ok(self) -> bool:
