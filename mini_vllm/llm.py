@@ -245,8 +245,17 @@ class LLM:
     def _output(self, seq: Sequence, prompt: str | None) -> RequestOutput:
         tokens = list(seq.output_token_ids)
         text = self.tokenizer.decode(tokens) if self.tokenizer is not None else ""
+        params = seq.sampling_params
+        last = tokens[-1] if tokens else None
+        eos = self.engine.scheduler.eos_token_ids
+        # A stop token (not EOS, which check_stop tests first) is the stop's reason.
+        by_stop_token = last in params.stop_token_ids and (params.ignore_eos or last not in eos)
         completion = CompletionOutput(
-            index=0, text=text, token_ids=tokens, finish_reason=seq.finish_reason.value
+            index=0,
+            text=text,
+            token_ids=tokens,
+            finish_reason=seq.finish_reason.value,
+            stop_reason=last if seq.finish_reason == "stop" and by_stop_token else None,
         )
         return RequestOutput(
             request_id=seq.seq_id,

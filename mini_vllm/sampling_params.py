@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from mini_vllm.errors import UserError
 
@@ -51,6 +51,15 @@ class SamplingParams:
     max_tokens: int = 16  # new tokens to generate at most
     seed: int | None = None  # per-request generator seed (reproducible sampling), int64
     ignore_eos: bool = False  # keep going past EOS (benchmarks want fixed lengths)
+    # What vLLM's SamplingParams adds, each off by default (mini_vllm/layers/logits_processors.py):
+    min_p: float = 0.0  # drop tokens below min_p x the most likely one's probability
+    presence_penalty: float = 0.0  # subtracted once from every token already generated
+    frequency_penalty: float = 0.0  # subtracted per time a token has been generated
+    repetition_penalty: float = 1.0  # divides (or, if negative, multiplies) seen tokens' logits
+    # Added to those tokens' logits. Not part of the hash (a dict has none).
+    logit_bias: dict[int, float] | None = field(default=None, hash=False)
+    min_tokens: int = 0  # new tokens before EOS or a stop token may end the request
+    stop_token_ids: tuple[int, ...] = ()  # tokens that end the request like EOS
 
     def __init__(self, **options: object) -> None:
         allowed = {f.name: f.default for f in fields(self)}
@@ -91,6 +100,61 @@ class SamplingParams:
             )
         if not isinstance(self.ignore_eos, bool):
             raise UserError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
+        self._validate_processors()
+
+    def _validate_processors(self) -> None:
+        """The ranges vLLM's SamplingParams checks (`_verify_args`)."""
+        if not _is_number(self.min_p) or not 0.0 <= self.min_p <= 1.0:
+            raise UserError(f"min_p must be a number in [0, 1], got {self.min_p!r}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not _is_number(value) or not -2.0 <= value <= 2.0:
+                raise UserError(f"{name} must be a number in [-2, 2], got {value!r}")
+        penalty = self.repetition_penalty
+        if not (_is_number(penalty) and math.isfinite(penalty)) or penalty <= 0:
+            raise UserError(f"repetition_penalty must be a number > 0 (1: off), got {penalty!r}")
+        if not _is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
+            raise UserError(
+                f"min_tokens must be an integer in [0, max_tokens={self.max_tokens}], "
+                f"got {self.min_tokens!r}"
+            )
+        stop = self.stop_token_ids
+        if isinstance(stop, (str, bytes)) or not all(
+            _is_int(t) and t >= 0 for t in (stop if isinstance(stop, (list, tuple)) else [None])
+        ):
+            raise UserError(
+                f"stop_token_ids must be a list of token ids (integers >= 0), got {stop!r}"
+            )
+        object.__setattr__(self, "stop_token_ids", tuple(stop))
+        bias = self.logit_bias
+        if bias is not None:
+            if not isinstance(bias, dict) or not all(
+                _is_int(t) and t >= 0 and _is_number(b) and math.isfinite(b)
+                for t, b in bias.items()
+            ):
+                raise UserError(
+                    f"logit_bias must map token ids (integers >= 0) to finite numbers, got {bias!r}"
+                )
+            object.__setattr__(self, "logit_bias", dict(bias))
+
+    @property
+    def uses_processors(self) -> bool:
+        """Whether any option beyond temperature, top-k and top-p changes the logits."""
+        return bool(
+            self.min_p
+            or self.presence_penalty
+            or self.frequency_penalty
+            or self.repetition_penalty != 1.0
+            or self.logit_bias
+            or self.min_tokens
+        )
+
+    @property
+    def uses_history(self) -> bool:
+        """Whether the logits depend on the tokens so far (the penalties)."""
+        return bool(
+            self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0
+        )
 
     # ANCHOR_END: validate
 

@@ -60,6 +60,7 @@ from mini_vllm.layers.attention import (
     static_forward_context,
 )
 from mini_vllm.layers.custom_op import set_custom_ops
+from mini_vllm.layers.logits_processors import SamplingBatch
 from mini_vllm.layers.sampler import Sampler, make_generator
 
 __all__ = ["CaptureReport", "ModelRunner", "SampledTokens"]
@@ -212,6 +213,8 @@ class ModelRunner:
         # ANCHOR_END: graph_setup
 
         self.sampler = Sampler()
+        eos = mc.eos_token_id
+        self._eos_token_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         self._generators: dict[object, torch.Generator | None] = {}
         # Async scheduling: the last step's sampled ids stay on the device, and the
         # row each request sampled in, so the next step can read its input from there.
@@ -403,7 +406,13 @@ class ModelRunner:
                 generators = [
                     self._generator(scheduled[row], logits.shape[-1]) for row in sampling_rows
                 ]
-            sampled_ids = self.sampler(logits, params, generators)
+            processors = None
+            if any(p.uses_processors for p in params):  # the options beyond top-k / top-p
+                histories = [(seq.prompt_token_ids, seq.output_token_ids) for seq in seqs]
+                processors = SamplingBatch.build(
+                    params, histories, self._eos_token_ids, logits.shape[-1], self.device
+                )
+            sampled_ids = self.sampler(logits, params, generators, processors)
             if non_blocking:
                 # The next step may be planned on these before they reach the host.
                 self._prev_sampled = sampled_ids

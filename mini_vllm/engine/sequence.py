@@ -61,10 +61,13 @@ def check_stop(
 ) -> FinishReason | None:
     """Why a request stops after appending `token_id`, its `num_generated`-th new token, or None.
 
-    STOP: an end-of-sequence token (unless `ignore_eos`); LENGTH: `max_tokens` new tokens,
-    or `num_tokens` (prompt + generated) has reached `max_model_len`. EOS is checked
-    first, so an EOS on the last allowed token is a STOP: the order of vLLM's `check_stop`.
+    STOP: one of `stop_token_ids`, or an end-of-sequence token (unless `ignore_eos`);
+    LENGTH: `max_tokens` new tokens, or `num_tokens` (prompt + generated) has reached
+    `max_model_len`. The stop tokens and EOS are checked before the length limits, so
+    one on the last allowed token is a STOP: the order of vLLM's `check_stop`.
     """
+    if token_id in params.stop_token_ids:  # before min_tokens, the sampler never draws them
+        return FinishReason.STOP
     if not params.ignore_eos and token_id in eos_token_ids:
         return FinishReason.STOP
     if num_generated >= params.max_tokens:

@@ -20,6 +20,13 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from mini_vllm.layers.logits_processors import (
+    SamplingBatch,
+    apply_logit_bias,
+    apply_min_p,
+    apply_min_tokens,
+    apply_penalties,
+)
 from mini_vllm.sampling_params import SamplingParams
 
 __all__ = ["Sampler", "apply_top_k_top_p", "make_generator"]
@@ -69,10 +76,20 @@ class Sampler(nn.Module):
         logits: torch.Tensor,
         params: Sequence[SamplingParams],
         generators: Sequence[torch.Generator | None] | None = None,
+        processors: SamplingBatch | None = None,
     ) -> torch.Tensor:
-        """logits `[B, vocab]` -> token ids `[B]` (int64), row i drawn with params[i]."""
+        """logits `[B, vocab]` -> token ids `[B]` (int64), row i drawn with params[i].
+
+        `processors` (when a row uses min_p, penalties, logit_bias or min_tokens; see
+        mini_vllm/layers/logits_processors.py) reshapes the logits first, greedy rows too.
+        """
         if logits.shape[0] != len(params):
             raise ValueError(f"{logits.shape[0]} rows of logits but {len(params)} SamplingParams")
+        if processors is not None:
+            logits = logits.float()
+            logits = apply_min_tokens(logits, processors.banned)
+            logits = apply_logit_bias(logits, processors.bias)
+            logits = apply_penalties(logits, processors)
         greedy_tokens = logits.argmax(dim=-1)
         if all(p.greedy for p in params):
             return greedy_tokens  # the common case pays for nothing else
@@ -85,6 +102,8 @@ class Sampler(nn.Module):
             [p.temperature if not p.greedy else 1.0 for p in params], device=device
         )
         logits = logits / temperature.unsqueeze(1)
+        if processors is not None and any(p.min_p > 0 for p in params):
+            logits = apply_min_p(logits, processors.min_p)
         if any(p.top_k > 0 or p.top_p < 1.0 for p in params):
             top_k = torch.tensor([p.top_k for p in params], device=device)
             top_p = torch.tensor([float(p.top_p) for p in params], device=device)

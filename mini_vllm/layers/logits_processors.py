@@ -1,0 +1,155 @@
+"""The sampling options that reshape the logits before the draw, batched over the rows.
+
+vLLM counterpart: vllm/v1/sample/ops/penalties.py (`apply_all_penalties`: repetition,
+then frequency and presence), vllm/v1/sample/logits_processor/builtin.py
+(`MinTokensLogitsProcessor`, `LogitBiasLogitsProcessor`, `MinPLogitsProcessor`) and the
+order vllm/v1/sample/sampler.py applies them in: min_tokens and logit_bias first, then
+the penalties, then temperature, then min_p, then top-k/top-p.
+
+Each function takes the whole batch's logits `[B, vocab]` and per-row settings as
+tensors, and changes only the rows whose setting is on; a row with every option off
+comes out as it went in. `SamplingBatch.build` turns the rows' `SamplingParams` (and,
+for the penalties, their tokens so far) into those tensors once a step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from mini_vllm.sampling_params import SamplingParams
+
+__all__ = [
+    "SamplingBatch",
+    "apply_logit_bias",
+    "apply_min_p",
+    "apply_min_tokens",
+    "apply_penalties",
+]
+
+
+@dataclass
+class SamplingBatch:
+    """What the processors need of one step's sampling rows, on the logits' device."""
+
+    presence: torch.Tensor  # [B] float
+    frequency: torch.Tensor  # [B] float
+    repetition: torch.Tensor  # [B] float
+    min_p: torch.Tensor  # [B] float
+    # [B, vocab] counts of each token among the row's generated tokens, and whether it is
+    # in the prompt: the penalties' view of the history. None when no row has a penalty.
+    output_counts: torch.Tensor | None
+    in_prompt: torch.Tensor | None
+    # (row, token, bias) triples of logit_bias, and the (row, token) pairs min_tokens bans.
+    bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
+    banned: tuple[torch.Tensor, torch.Tensor] | None
+
+    @classmethod
+    def build(
+        cls,
+        params: Sequence[SamplingParams],
+        histories: Sequence[tuple[Sequence[int], Sequence[int]]] | None,
+        eos_token_ids: Sequence[int],
+        vocab_size: int,
+        device: torch.device,
+    ) -> SamplingBatch:
+        """`histories[i]` = (prompt ids, generated ids) of row i; needed for the penalties
+        (counts) and for min_tokens (how many were generated)."""
+
+        def column(values) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)
+
+        def index(values) -> torch.Tensor:  # long even when empty
+            return torch.tensor(values, dtype=torch.long).to(device, non_blocking=True)
+
+        output_counts = in_prompt = bias = banned = None
+        if histories is not None and any(p.uses_history for p in params):
+            rows_out, tokens_out, rows_in, tokens_in = [], [], [], []
+            for row, (prompt, generated) in enumerate(histories):
+                if params[row].uses_history:
+                    # Under async scheduling the last token may still be in flight (< 0).
+                    known = [token for token in generated if token >= 0]
+                    rows_out += [row] * len(known)
+                    tokens_out += known
+                    rows_in += [row] * len(prompt)
+                    tokens_in += list(prompt)
+            output_counts = torch.zeros(len(params), vocab_size, device=device)
+            output_counts.index_put_(
+                (index(rows_out), index(tokens_out)),
+                torch.ones(len(rows_out), device=device),
+                accumulate=True,
+            )
+            in_prompt = torch.zeros(len(params), vocab_size, dtype=torch.bool, device=device)
+            in_prompt[index(rows_in), index(tokens_in)] = True
+        triples = [
+            (row, token, value)
+            for row, p in enumerate(params)
+            for token, value in (p.logit_bias or {}).items()
+            if token < vocab_size
+        ]
+        if triples:
+            rows, tokens, values = zip(*triples)
+            bias = (index(rows), index(tokens), column(values))
+        if histories is not None:
+            pairs = [
+                (row, token)
+                for row, p in enumerate(params)
+                if p.min_tokens and len(histories[row][1]) < p.min_tokens
+                for token in (*eos_token_ids, *p.stop_token_ids)
+                if token < vocab_size
+            ]
+            if pairs:
+                rows, tokens = zip(*pairs)
+                banned = (index(rows), index(tokens))
+        return cls(
+            presence=column([p.presence_penalty for p in params]),
+            frequency=column([p.frequency_penalty for p in params]),
+            repetition=column([p.repetition_penalty for p in params]),
+            min_p=column([p.min_p for p in params]),
+            output_counts=output_counts,
+            in_prompt=in_prompt,
+            bias=bias,
+            banned=banned,
+        )
+
+
+def apply_min_tokens(logits: torch.Tensor, banned) -> torch.Tensor:
+    """Before a row has its min_tokens, EOS and its stop tokens cannot be drawn."""
+    if banned is not None:
+        logits[banned] = float("-inf")
+    return logits
+
+
+def apply_logit_bias(logits: torch.Tensor, bias) -> torch.Tensor:
+    if bias is not None:
+        rows, tokens, values = bias
+        logits.index_put_((rows, tokens), values, accumulate=True)
+    return logits
+
+
+# ANCHOR: penalties
+def apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """Repetition (every token seen, prompt or output: a positive logit divided by the
+    penalty, a negative one multiplied), then frequency (minus the penalty per time the
+    token was generated) and presence (minus the penalty once if it was generated)."""
+    if batch.output_counts is None:
+        return logits
+    seen = batch.in_prompt | (batch.output_counts > 0)
+    penalty = batch.repetition.unsqueeze(1)
+    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+    logits = torch.where(seen, penalised, logits)
+    logits = logits - batch.frequency.unsqueeze(1) * batch.output_counts
+    return logits - batch.presence.unsqueeze(1) * (batch.output_counts > 0)
+
+
+# ANCHOR_END: penalties
+
+
+def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Drop the tokens whose probability is below min_p times the most likely one's
+    (after temperature); min_p 0 keeps every token."""
+    probs = logits.softmax(dim=-1)
+    threshold = probs.max(dim=-1, keepdim=True).values * min_p.unsqueeze(1)
+    return logits.masked_fill(probs < threshold, float("-inf"))

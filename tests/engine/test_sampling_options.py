@@ -1,0 +1,160 @@
+"""The sampling options beyond temperature, top-k and top-p: each against transformers'
+logits processor for it, or a hand computation, and end to end through the engine.
+
+min_p, presence / frequency / repetition penalties, logit_bias, min_tokens and
+stop_token_ids (mini_vllm/layers/logits_processors.py, mini_vllm/engine/sequence.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers.generation.logits_process import (
+    MinNewTokensLengthLogitsProcessor,
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+)
+
+from mini_vllm import LLM, SamplingParams
+from mini_vllm.errors import UserError
+from mini_vllm.layers.logits_processors import (
+    SamplingBatch,
+    apply_min_p,
+    apply_min_tokens,
+    apply_penalties,
+)
+from mini_vllm.layers.sampler import Sampler
+
+VOCAB = 40
+EOS = 2
+
+
+def batch_for(params, histories):
+    return SamplingBatch.build(params, histories, [EOS], VOCAB, torch.device("cpu"))
+
+
+def test_repetition_penalty_equals_transformers():
+    torch.manual_seed(0)
+    logits = torch.randn(3, VOCAB) * 3
+    histories = [([1, 5, 5, 9], [7, 7]), ([3], []), ([4, 4], [12])]
+    for penalty in (1.3, 0.7):
+        params = [SamplingParams(repetition_penalty=penalty)] * 3
+        ours = apply_penalties(logits.clone(), batch_for(params, histories))
+        for row, (prompt, generated) in enumerate(histories):
+            ids = torch.tensor([prompt + generated])
+            theirs = RepetitionPenaltyLogitsProcessor(penalty)(ids, logits[row : row + 1].clone())
+            torch.testing.assert_close(ours[row], theirs[0])
+
+
+def test_frequency_and_presence_penalties_by_hand():
+    logits = torch.zeros(2, VOCAB)
+    params = [
+        SamplingParams(frequency_penalty=0.5, presence_penalty=1.0),
+        SamplingParams(),  # no option: its row must not change
+    ]
+    histories = [([8, 8, 8], [3, 3, 5]), ([3, 5], [3, 3])]
+    out = apply_penalties(logits.clone(), batch_for(params, histories))
+    expected = torch.zeros(VOCAB)
+    expected[3] = -(2 * 0.5 + 1.0)  # generated twice
+    expected[5] = -(1 * 0.5 + 1.0)  # once; the prompt's 8s do not count
+    torch.testing.assert_close(out[0], expected)
+    torch.testing.assert_close(out[1], torch.zeros(VOCAB))
+
+
+def test_min_p_equals_transformers():
+    torch.manual_seed(1)
+    logits = torch.randn(2, VOCAB) * 2
+    for min_p in (0.05, 0.3):
+        ours = apply_min_p(logits.clone(), torch.full((2,), min_p))
+        theirs = MinPLogitsWarper(min_p, min_tokens_to_keep=1)(None, logits.clone())
+        assert torch.equal(torch.isinf(ours), torch.isinf(theirs))
+
+
+def test_min_tokens_equals_transformers():
+    logits = torch.randn(1, VOCAB)
+    params = [SamplingParams(min_tokens=3, max_tokens=8)]
+    for generated in ([], [4, 4], [4, 4, 4]):
+        ours = apply_min_tokens(logits.clone(), batch_for(params, [([1, 1], generated)]).banned)
+        ids = torch.tensor([[1, 1] + generated])
+        theirs = MinNewTokensLengthLogitsProcessor(2, 3, EOS)(ids, logits.clone())
+        torch.testing.assert_close(ours, theirs)
+
+
+def test_logit_bias_and_greedy_rows_see_the_processed_logits():
+    logits = torch.zeros(2, VOCAB)
+    logits[:, 10] = 5.0
+    params = [SamplingParams(temperature=0, logit_bias={20: 9.0}), SamplingParams(temperature=0)]
+    histories = [([1], []), ([1], [])]
+    tokens = Sampler()(logits, params, None, batch_for(params, histories))
+    assert tokens.tolist() == [20, 10]
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM("tiny", max_num_seqs=4, max_model_len=128)
+
+
+def greedy(llm, prompt, **options):
+    params = SamplingParams(temperature=0, max_tokens=12, **options)
+    return llm.generate([prompt], params, use_tqdm=False)[0]
+
+
+def test_a_stop_token_ends_the_request_and_is_its_stop_reason(llm):
+    prompt = [5, 9, 13]
+    free = greedy(llm, prompt, ignore_eos=True)
+    stop = free.token_ids[4]
+    first = free.token_ids.index(stop)
+    out = greedy(llm, prompt, ignore_eos=True, stop_token_ids=[stop])
+    assert out.token_ids == free.token_ids[: first + 1]
+    assert out.outputs[0].finish_reason == "stop" and out.outputs[0].stop_reason == stop
+    assert free.outputs[0].stop_reason is None
+
+
+def test_min_tokens_holds_off_a_stop_token(llm):
+    prompt = [5, 9, 13]
+    free = greedy(llm, prompt, ignore_eos=True)
+    stop = free.token_ids[0]
+    out = greedy(llm, prompt, ignore_eos=True, stop_token_ids=[stop], min_tokens=4)
+    assert len(out.token_ids) >= 4 and stop not in out.token_ids[:4]
+
+
+def test_a_huge_logit_bias_forces_the_token(llm):
+    out = greedy(llm, [5, 9, 13], ignore_eos=True, logit_bias={77: 100.0})
+    assert out.token_ids == [77] * 12
+
+
+def test_rows_with_different_options_equal_each_run_alone(llm):
+    prompts = [[5, 9, 13], [7, 7, 7, 7], [11, 3]]
+    options = [
+        dict(repetition_penalty=1.5),
+        dict(frequency_penalty=1.0, presence_penalty=0.5),
+        dict(min_p=0.2, temperature=0.8, seed=3),
+    ]
+    params = [
+        SamplingParams(**{"temperature": 0, "max_tokens": 12, "ignore_eos": True, **o})
+        for o in options
+    ]
+    together = llm.generate(prompts, params, use_tqdm=False)
+    alone = [llm.generate([p], sp, use_tqdm=False)[0] for p, sp in zip(prompts, params)]
+    assert [o.token_ids for o in together] == [o.token_ids for o in alone]
+    plain = greedy(llm, prompts[0], ignore_eos=True)
+    assert together[0].token_ids != plain.token_ids, "the penalty changed nothing"
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (dict(min_p=1.5), "min_p"),
+        (dict(presence_penalty=3), "presence_penalty"),
+        (dict(frequency_penalty=-2.5), "frequency_penalty"),
+        (dict(repetition_penalty=0), "repetition_penalty"),
+        (dict(min_tokens=20, max_tokens=10), "min_tokens"),
+        (dict(stop_token_ids="2"), "stop_token_ids"),
+        (dict(stop_token_ids=[-1]), "stop_token_ids"),
+        (dict(logit_bias={"a": 1.0}), "logit_bias"),
+        (dict(logit_bias={3: float("inf")}), "logit_bias"),
+    ],
+)
+def test_bad_options_are_refused_naming_them(options, named):
+    with pytest.raises(UserError, match=named):
+        SamplingParams(**options)
