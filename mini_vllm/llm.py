@@ -24,7 +24,11 @@ from mini_vllm.errors import UserError
 from mini_vllm.models.loader import load_model, load_model_config, resolve_device, resolve_dtype
 from mini_vllm.outputs import CompletionOutput, RequestOutput
 from mini_vllm.sampling_params import SamplingParams
-from mini_vllm.tokenizer import default_tokenizer, render_chat_template
+from mini_vllm.tokenizer import (
+    IncrementalDetokenizer,
+    default_tokenizer,
+    render_chat_template,
+)
 from mini_vllm.utils import OneCallerAtATime, cpu_threads_context
 
 __all__ = ["LLM"]
@@ -108,6 +112,11 @@ class LLM:
             prompts = self._as_prompt_list(prompts)
             params = self._as_params_list(sampling_params, len(prompts))
             checked = [self._check_prompt(i, prompt) for i, prompt in enumerate(prompts)]
+            if self.tokenizer is None and any(sp.stop for sp in params):
+                raise UserError(
+                    f"{self.config.model!r} has no tokenizer, so there is no text to find stop "
+                    "strings in; use stop_token_ids instead"
+                )
             seqs: list[Sequence | None] = []
             progress = self._progress_bar(use_tqdm, len(prompts))
             try:
@@ -115,9 +124,22 @@ class LLM:
                     seqs.append(self.engine.add_request(ids, sp) if error is None else None)
                 if progress is not None:
                     progress.update(seqs.count(None))
+                # Only the requests with stop strings are decoded as they grow.
+                watched = {
+                    seq.seq_id: StopStringWatch(self.tokenizer, seq)
+                    for seq in seqs
+                    if seq is not None and seq.sampling_params.stop
+                }
+                watching = list(watched.values())
                 with cpu_threads_context(self.engine.runner.device, self.config.cpu_threads):
                     while self.engine.has_unfinished_requests():
                         finished = self.engine.step()
+                        for watch in watching:
+                            # Also on the step that ended it otherwise: a stop string in
+                            # its last tokens still cuts the text there.
+                            if watch.reached_stop() and not watch.seq.is_finished:
+                                finished += [self.engine.stop_request(watch.seq.seq_id)]
+                        watching = [w for w in watching if not w.seq.is_finished]
                         if progress is not None and finished:
                             progress.update(len(finished))
             finally:
@@ -127,7 +149,9 @@ class LLM:
                 if progress is not None:
                     progress.close()
             return [
-                self._output(seq, text) if seq is not None else self._error_output(text, ids, error)
+                self._output(seq, text, watched.get(seq.seq_id))
+                if seq is not None
+                else self._error_output(text, ids, error)
                 for seq, (text, ids, error) in zip(seqs, checked)
             ]
 
@@ -242,9 +266,20 @@ class LLM:
             error=error,
         )
 
-    def _output(self, seq: Sequence, prompt: str | None) -> RequestOutput:
+    def _output(
+        self, seq: Sequence, prompt: str | None, watch: StopStringWatch | None = None
+    ) -> RequestOutput:
         tokens = list(seq.output_token_ids)
         text = self.tokenizer.decode(tokens) if self.tokenizer is not None else ""
+        if watch is not None and watch.stop_string is not None:
+            completion = CompletionOutput(
+                index=0,
+                text=watch.text,
+                token_ids=tokens,
+                finish_reason="stop",
+                stop_reason=watch.stop_string,
+            )
+            return RequestOutput(seq.seq_id, prompt, list(seq.prompt_token_ids), [completion])
         params = seq.sampling_params
         last = tokens[-1] if tokens else None
         eos = self.engine.scheduler.eos_token_ids
@@ -285,3 +320,43 @@ def _as_conversations(messages: object) -> list[list[dict[str, str]]]:
             "or a list of such conversations"
         )
     return [list(c) for c in conversations]
+
+
+# ANCHOR: stop_strings
+class StopStringWatch:
+    """A request's text, decoded as its tokens arrive, and the stop string it reached.
+
+    vLLM checks stop strings in its detokenizer (`check_stop_strings` in
+    vllm/v1/engine/detokenizer.py): each new piece of text is searched, together with the
+    few characters before it that a stop string could begin in.
+    """
+
+    def __init__(self, tokenizer, seq: Sequence) -> None:
+        self.seq = seq
+        self.detokenizer = IncrementalDetokenizer(tokenizer)
+        self.stop_string: str | None = None
+        self.text = ""  # the text to return once stopped (cut at the stop string)
+        self._longest = max(len(stop) for stop in seq.sampling_params.stop)
+
+    def reached_stop(self) -> bool:
+        seq, params = self.seq, self.seq.sampling_params
+        ready = seq.num_output_tokens - seq.num_output_placeholders  # in flight: not yet
+        start = seq.num_prompt_tokens + len(self.detokenizer.ids)
+        for token in seq.tokens(start, seq.num_prompt_tokens + ready):
+            before = len(self.detokenizer.text)
+            self.detokenizer.push(token)
+            text = self.detokenizer.text
+            window = max(0, before - self._longest + 1)
+            found = [(text.find(stop, window), stop) for stop in params.stop]
+            found = [(at, stop) for at, stop in found if at >= 0]
+            if found:
+                at, stop = min(found)
+                self.stop_string = stop
+                self.text = (
+                    text[: at + len(stop)] if params.include_stop_str_in_output else text[:at]
+                )
+                return True
+        return False
+
+
+# ANCHOR_END: stop_strings

@@ -60,6 +60,10 @@ class SamplingParams:
     logit_bias: dict[int, float] | None = field(default=None, hash=False)
     min_tokens: int = 0  # new tokens before EOS or a stop token may end the request
     stop_token_ids: tuple[int, ...] = ()  # tokens that end the request like EOS
+    # Strings that end the request where they appear in its text (cut there, unless
+    # include_stop_str_in_output); LLM.generate and the server look for them.
+    stop: tuple[str, ...] = ()
+    include_stop_str_in_output: bool = False
 
     def __init__(self, **options: object) -> None:
         allowed = {f.name: f.default for f in fields(self)}
@@ -126,6 +130,19 @@ class SamplingParams:
                 f"stop_token_ids must be a list of token ids (integers >= 0), got {stop!r}"
             )
         object.__setattr__(self, "stop_token_ids", tuple(stop))
+        strings = (self.stop,) if isinstance(self.stop, str) else self.stop
+        if not isinstance(strings, (list, tuple)) or not all(
+            isinstance(text, str) and text for text in strings
+        ):
+            raise UserError(
+                f"stop must be a string or a list of non-empty strings, got {self.stop!r}"
+            )
+        object.__setattr__(self, "stop", tuple(strings))
+        if not isinstance(self.include_stop_str_in_output, bool):
+            raise UserError(
+                "include_stop_str_in_output must be True or False, "
+                f"got {self.include_stop_str_in_output!r}"
+            )
         bias = self.logit_bias
         if bias is not None:
             if not isinstance(bias, dict) or not all(

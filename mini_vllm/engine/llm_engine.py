@@ -143,6 +143,17 @@ class LLMEngine:
 
     # ANCHOR_END: abort_request
 
+    def stop_request(self, request_id: Hashable) -> Sequence | None:
+        """End a request as finished normally ("stop"): its text reached a stop string,
+        which only the detokenising caller can see. vLLM's output processor does the same
+        (`OutputProcessor.process_outputs` aborts the request in the engine core)."""
+        with self._one_caller:
+            stopped = self.scheduler.finish_requests([request_id], FinishReason.STOP)
+            for seq in stopped:
+                del self._unreported[seq.seq_id]
+            self.runner.free_requests([seq.seq_id for seq in stopped])
+            return stopped[0] if stopped else None
+
     def has_unfinished_requests(self) -> bool:
         """True while a request waits, runs, or has ended and not been reported yet."""
         return (

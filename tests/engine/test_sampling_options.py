@@ -158,3 +158,34 @@ def test_rows_with_different_options_equal_each_run_alone(llm):
 def test_bad_options_are_refused_naming_them(options, named):
     with pytest.raises(UserError, match=named):
         SamplingParams(**options)
+
+
+def test_a_stop_string_ends_the_request_and_cuts_the_text_there(llm):
+    prompt = [5, 9, 13]
+    free = greedy(llm, prompt, ignore_eos=True)
+    assert len(free.text) > 6, free.text
+    stop = free.text[3:6]
+    at = free.text.find(stop)
+    out = greedy(llm, prompt, ignore_eos=True, stop=[stop, "never appears"])
+    assert out.outputs[0].finish_reason == "stop" and out.outputs[0].stop_reason == stop
+    assert out.text == free.text[:at]
+    assert out.token_ids == free.token_ids[: len(out.token_ids)]
+    assert len(out.token_ids) < len(free.token_ids)
+    kept = greedy(llm, prompt, ignore_eos=True, stop=stop, include_stop_str_in_output=True)
+    assert kept.text == free.text[: at + len(stop)]
+    # Beside requests without stop strings, each gets what it gets alone.
+    params = [
+        SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, stop=[stop]),
+        SamplingParams(temperature=0, max_tokens=12, ignore_eos=True),
+    ]
+    both = llm.generate([prompt, [7, 8]], params, use_tqdm=False)
+    assert (
+        both[0].text == out.text
+        and both[1].token_ids == greedy(llm, [7, 8], ignore_eos=True).token_ids
+    )
+
+
+@pytest.mark.parametrize("bad", [[""], [3], "", 5])
+def test_bad_stop_strings_are_refused(bad):
+    with pytest.raises(UserError, match="stop"):
+        SamplingParams(stop=bad)
