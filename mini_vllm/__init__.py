@@ -56,7 +56,14 @@ The package root stays light: `LLM` (which imports torch) is loaded on first use
 """
 
 __version__ = "0.1.0"
-__all__ = ["LLM", "CompletionOutput", "RequestOutput", "SamplingParams", "__version__"]
+__all__ = [
+    "LLM",
+    "CompletionOutput",
+    "Logprob",
+    "RequestOutput",
+    "SamplingParams",
+    "__version__",
+]
 
 
 def __getattr__(name: str):
@@ -68,7 +75,7 @@ def __getattr__(name: str):
         from mini_vllm.sampling_params import SamplingParams
 
         return SamplingParams
-    if name in ("CompletionOutput", "RequestOutput"):
+    if name in ("CompletionOutput", "Logprob", "RequestOutput"):
         from mini_vllm import outputs
 
         return getattr(outputs, name)

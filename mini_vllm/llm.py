@@ -22,7 +22,7 @@ from mini_vllm.engine.sequence import Sequence
 from mini_vllm.engine.stats import EngineStats
 from mini_vllm.errors import UserError
 from mini_vllm.models.loader import load_model, load_model_config, resolve_device, resolve_dtype
-from mini_vllm.outputs import CompletionOutput, RequestOutput
+from mini_vllm.outputs import CompletionOutput, Logprob, RequestOutput
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.tokenizer import (
     IncrementalDetokenizer,
@@ -266,18 +266,40 @@ class LLM:
             error=error,
         )
 
+    def _logprobs(self, seq: Sequence, count: int) -> tuple[list | None, float | None]:
+        """vLLM's per-token `{id: Logprob}` dicts (the token and its alternatives) and
+        their sum, for a request that asked for log-probabilities."""
+        if seq.sampling_params.logprobs is None:
+            return None, None
+
+        def decoded(token: int) -> str | None:
+            return self.tokenizer.decode([token]) if self.tokenizer is not None else None
+
+        per_token, total = [], 0.0
+        for place in range(count):
+            token, logprob, rank, alternatives = seq.token_logprobs[place]
+            entry = {token: Logprob(logprob, rank, decoded(token))}
+            for alt_rank, (alternative, alt_logprob) in enumerate(alternatives, start=1):
+                entry.setdefault(alternative, Logprob(alt_logprob, alt_rank, decoded(alternative)))
+            per_token.append(entry)
+            total += logprob
+        return per_token, total
+
     def _output(
         self, seq: Sequence, prompt: str | None, watch: StopStringWatch | None = None
     ) -> RequestOutput:
         tokens = list(seq.output_token_ids)
         text = self.tokenizer.decode(tokens) if self.tokenizer is not None else ""
         if watch is not None and watch.stop_string is not None:
+            logprobs, cumulative = self._logprobs(seq, len(tokens))
             completion = CompletionOutput(
                 index=0,
                 text=watch.text,
                 token_ids=tokens,
                 finish_reason="stop",
                 stop_reason=watch.stop_string,
+                cumulative_logprob=cumulative,
+                logprobs=logprobs,
             )
             return RequestOutput(seq.seq_id, prompt, list(seq.prompt_token_ids), [completion])
         params = seq.sampling_params
@@ -285,12 +307,15 @@ class LLM:
         eos = self.engine.scheduler.eos_token_ids
         # A stop token (not EOS, which check_stop tests first) is the stop's reason.
         by_stop_token = last in params.stop_token_ids and (params.ignore_eos or last not in eos)
+        logprobs, cumulative = self._logprobs(seq, len(tokens))
         completion = CompletionOutput(
             index=0,
             text=text,
             token_ids=tokens,
             finish_reason=seq.finish_reason.value,
             stop_reason=last if seq.finish_reason == "stop" and by_stop_token else None,
+            cumulative_logprob=cumulative,
+            logprobs=logprobs,
         )
         return RequestOutput(
             request_id=seq.seq_id,

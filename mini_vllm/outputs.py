@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["CompletionOutput", "RequestOutput"]
+__all__ = ["CompletionOutput", "Logprob", "RequestOutput"]
+
+
+@dataclass(frozen=True)
+class Logprob:
+    """A token's log-probability at one position (vLLM's `Logprob`, vllm/logprobs.py)."""
+
+    logprob: float
+    rank: int  # 1: the most likely token at that position
+    decoded_token: str | None = None
 
 
 # ANCHOR: completion_output
@@ -26,7 +35,8 @@ class CompletionOutput:
     # What stopped it when finish_reason is "stop": the stop token's id (None: EOS).
     stop_reason: int | str | None = None
     cumulative_logprob: float | None = None  # None: log-probabilities were not asked for
-    logprobs: list | None = None
+    # One {token id: Logprob} a generated token: the token's own and the top alternatives.
+    logprobs: list[dict[int, Logprob]] | None = None
 
     def finished(self) -> bool:
         return self.finish_reason is not None

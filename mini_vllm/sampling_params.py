@@ -25,6 +25,7 @@ GREEDY_TEMPERATURE = 1e-5
 # warning: vLLM's `_MAX_TEMP`, the smallest temperature it samples with.
 MIN_SAMPLING_TEMPERATURE = 1e-2
 _INT64 = (-(2**63), 2**63 - 1)
+MAX_LOGPROBS = 20  # vLLM's default max_logprobs
 
 
 def _is_int(value: object) -> bool:
@@ -64,6 +65,9 @@ class SamplingParams:
     # include_stop_str_in_output); LLM.generate and the server look for them.
     stop: tuple[str, ...] = ()
     include_stop_str_in_output: bool = False
+    # Log-probabilities of each generated token (from the model's raw logits, as vLLM's
+    # default), with this many most likely alternatives; None: none, 0: the token's own.
+    logprobs: int | None = None
 
     def __init__(self, **options: object) -> None:
         allowed = {f.name: f.default for f in fields(self)}
@@ -138,6 +142,13 @@ class SamplingParams:
                 f"stop must be a string or a list of non-empty strings, got {self.stop!r}"
             )
         object.__setattr__(self, "stop", tuple(strings))
+        if self.logprobs is not None and not (
+            _is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS
+        ):
+            raise UserError(
+                f"logprobs must be None or an integer in [0, {MAX_LOGPROBS}] (the most likely "
+                f"alternatives to return beside each token), got {self.logprobs!r}"
+            )
         if not isinstance(self.include_stop_str_in_output, bool):
             raise UserError(
                 "include_stop_str_in_output must be True or False, "

@@ -412,7 +412,13 @@ class ModelRunner:
                 processors = SamplingBatch.build(
                     params, histories, self._eos_token_ids, logits.shape[-1], self.device
                 )
+            wanted = [p.logprobs for p in params]
+            raw_logprobs = None
+            if any(k is not None for k in wanted):  # of the raw logits, as vLLM's default
+                raw_logprobs = torch.log_softmax(logits.float(), dim=-1)
             sampled_ids = self.sampler(logits, params, generators, processors)
+            if raw_logprobs is not None:
+                self._keep_logprobs(raw_logprobs, sampled_ids, wanted, scheduled, sampling_rows)
             if non_blocking:
                 # The next step may be planned on these before they reach the host.
                 self._prev_sampled = sampled_ids
@@ -429,6 +435,25 @@ class ModelRunner:
         return handle if non_blocking else sampled
 
     # ANCHOR_END: execute_model
+
+    def _keep_logprobs(self, raw_logprobs, sampled_ids, wanted, scheduled, sampling_rows) -> None:
+        """Each asking row's token log-probability, rank and top alternatives, kept on its
+        request (`Sequence.token_logprobs`) by the token's place among the request's
+        outputs: a recompute after a step was taken back overwrites its own."""
+        top = max(k for k in wanted if k is not None)
+        chosen = raw_logprobs.gather(1, sampled_ids.unsqueeze(1))
+        ranks = (raw_logprobs > chosen).sum(dim=1) + 1
+        values, ids = raw_logprobs.topk(max(top, 1), dim=1)
+        host = [t.tolist() for t in (sampled_ids, chosen.squeeze(1), ranks, values, ids)]
+        for i, (k, row) in enumerate(zip(wanted, sampling_rows)):
+            if k is None:
+                continue
+            scheduled_row = scheduled[row]
+            seq = scheduled_row.seq
+            place = scheduled_row.context_len - seq.num_prompt_tokens
+            alternatives = list(zip(host[4][i][:k], host[3][i][:k]))
+            entry = (host[0][i], host[1][i], host[2][i], alternatives)
+            seq.token_logprobs[place] = entry
 
     # ANCHOR: copy_out
     def _copy_out(self, sampled_ids: torch.Tensor, rows: list[int], num_rows: int) -> SampledTokens:

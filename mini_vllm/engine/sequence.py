@@ -132,6 +132,9 @@ class Sequence:
         # Async scheduling (mini_vllm/engine/async_scheduler.py): tokens sampled by a
         # step still on the device, held at the end of the token list as PLACEHOLDER.
         self.num_output_placeholders = 0
+        # sampling_params.logprobs set: output place -> (token, logprob, rank, top
+        # [(id, logprob)]), written by the model runner when it samples.
+        self.token_logprobs: dict[int, tuple] = {}
 
     # -- token counts -------------------------------------------------------------
 

@@ -189,3 +189,31 @@ def test_a_stop_string_ends_the_request_and_cuts_the_text_there(llm):
 def test_bad_stop_strings_are_refused(bad):
     with pytest.raises(UserError, match="stop"):
         SamplingParams(stop=bad)
+
+
+def test_logprobs_are_the_models_and_rank_the_tokens(llm):
+    from mini_vllm.bench.harness import transformers_twin
+
+    prompt = [5, 9, 13]
+    out = greedy(llm, prompt, ignore_eos=True, logprobs=3).outputs[0]
+    assert len(out.logprobs) == len(out.token_ids) == 12
+    hf = transformers_twin(llm.engine.model)
+    with torch.inference_mode():
+        logits = hf(torch.tensor([prompt + out.token_ids])).logits[0].float()
+    expected = torch.log_softmax(logits, dim=-1)[len(prompt) - 1 : -1]
+    for place, (token, entry) in enumerate(zip(out.token_ids, out.logprobs)):
+        assert entry[token].rank == 1  # greedy: the most likely token
+        assert entry[token].logprob == pytest.approx(float(expected[place, token]), abs=1e-4)
+        top3 = expected[place].topk(3)
+        assert sorted(entry) == sorted(top3.indices.tolist())
+    assert out.cumulative_logprob == pytest.approx(
+        sum(entry[t].logprob for t, entry in zip(out.token_ids, out.logprobs))
+    )
+    plain = greedy(llm, prompt, ignore_eos=True).outputs[0]
+    assert plain.logprobs is None and plain.token_ids == out.token_ids
+
+
+def test_logprobs_under_async_scheduling_are_refused():
+    async_llm = LLM("tiny", max_num_seqs=2, max_model_len=64, async_scheduling=True)
+    with pytest.raises(UserError, match="async_scheduling"):
+        async_llm.engine.add_request([1, 2], SamplingParams(logprobs=1))
