@@ -12,6 +12,7 @@ done, and returns the outputs in prompt order). nano-vllm: nanovllm/llm.py.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence as SequenceT
 
@@ -117,18 +118,27 @@ class LLM:
                     f"{self.config.model!r} has no tokenizer, so there is no text to find stop "
                     "strings in; use stop_token_ids instead"
                 )
-            seqs: list[Sequence | None] = []
+            children: list[list[Sequence]] = []  # a prompt's n sequences ([]: refused)
             progress = self._progress_bar(use_tqdm, len(prompts))
             try:
                 for (_, ids, error), sp in zip(checked, params):
-                    seqs.append(self.engine.add_request(ids, sp) if error is None else None)
+                    if error is not None:
+                        children.append([])
+                        continue
+                    # n > 1: n requests of the same prompt (prefix caching, when on, shares
+                    # its blocks), each with its own draw: a seeded one gets seed + index,
+                    # as vLLM's parallel sampling does.
+                    children.append(
+                        [self.engine.add_request(ids, child) for child in _children(sp)]
+                    )
+                seqs = [seq for family in children for seq in family]
                 if progress is not None:
-                    progress.update(seqs.count(None))
+                    progress.update(sum(1 for family in children if not family))
                 # Only the requests with stop strings are decoded as they grow.
                 watched = {
                     seq.seq_id: StopStringWatch(self.tokenizer, seq)
                     for seq in seqs
-                    if seq is not None and seq.sampling_params.stop
+                    if seq.sampling_params.stop
                 }
                 watching = list(watched.values())
                 with cpu_threads_context(self.engine.runner.device, self.config.cpu_threads):
@@ -145,14 +155,15 @@ class LLM:
             finally:
                 # All or nothing: what this call queued and did not finish must not stay
                 # in the engine, holding blocks and running inside the next call.
-                self.engine.abort_request([s.seq_id for s in seqs if s and not s.is_finished])
+                unfinished = [s for family in children for s in family if not s.is_finished]
+                self.engine.abort_request([s.seq_id for s in unfinished])
                 if progress is not None:
                     progress.close()
             return [
-                self._output(seq, text, watched.get(seq.seq_id))
-                if seq is not None
+                self._output(family, text, watched)
+                if family
                 else self._error_output(text, ids, error)
-                for seq, (text, ids, error) in zip(seqs, checked)
+                for family, (text, ids, error) in zip(children, checked)
             ]
 
     # ANCHOR_END: generate
@@ -286,44 +297,60 @@ class LLM:
         return per_token, total
 
     def _output(
-        self, seq: Sequence, prompt: str | None, watch: StopStringWatch | None = None
+        self,
+        children: list[Sequence],
+        prompt: str | None,
+        watched: dict[object, StopStringWatch],
     ) -> RequestOutput:
+        """One prompt's output: a completion for each of its `n` sequences."""
+        first = children[0]
+        completions = [
+            self._completion(seq, index, watched.get(seq.seq_id))
+            for index, seq in enumerate(children)
+        ]
+        errors = [seq.error for seq in children if seq.error]
+        return RequestOutput(
+            request_id=first.seq_id,
+            prompt=prompt,
+            prompt_token_ids=list(first.prompt_token_ids),
+            outputs=completions,
+            error=errors[0] if errors else None,
+        )
+
+    def _completion(
+        self, seq: Sequence, index: int, watch: StopStringWatch | None
+    ) -> CompletionOutput:
         tokens = list(seq.output_token_ids)
-        text = self.tokenizer.decode(tokens) if self.tokenizer is not None else ""
-        if watch is not None and watch.stop_string is not None:
-            logprobs, cumulative = self._logprobs(seq, len(tokens))
-            completion = CompletionOutput(
-                index=0,
-                text=watch.text,
-                token_ids=tokens,
-                finish_reason="stop",
-                stop_reason=watch.stop_string,
-                cumulative_logprob=cumulative,
-                logprobs=logprobs,
-            )
-            return RequestOutput(seq.seq_id, prompt, list(seq.prompt_token_ids), [completion])
-        params = seq.sampling_params
-        last = tokens[-1] if tokens else None
-        eos = self.engine.scheduler.eos_token_ids
-        # A stop token (not EOS, which check_stop tests first) is the stop's reason.
-        by_stop_token = last in params.stop_token_ids and (params.ignore_eos or last not in eos)
         logprobs, cumulative = self._logprobs(seq, len(tokens))
-        completion = CompletionOutput(
-            index=0,
+        if watch is not None and watch.stop_string is not None:
+            text, reason, stop_reason = watch.text, "stop", watch.stop_string
+        else:
+            text = self.tokenizer.decode(tokens) if self.tokenizer is not None else ""
+            params, reason = seq.sampling_params, seq.finish_reason.value
+            last = tokens[-1] if tokens else None
+            eos = self.engine.scheduler.eos_token_ids
+            # A stop token (not EOS) is the stop's reason; EOS has none, as in vLLM.
+            by_stop_token = last in params.stop_token_ids and (params.ignore_eos or last not in eos)
+            stop_reason = last if reason == "stop" and by_stop_token else None
+        return CompletionOutput(
+            index=index,
             text=text,
             token_ids=tokens,
-            finish_reason=seq.finish_reason.value,
-            stop_reason=last if seq.finish_reason == "stop" and by_stop_token else None,
+            finish_reason=reason,
+            stop_reason=stop_reason,
             cumulative_logprob=cumulative,
             logprobs=logprobs,
         )
-        return RequestOutput(
-            request_id=seq.seq_id,
-            prompt=prompt,
-            prompt_token_ids=list(seq.prompt_token_ids),
-            outputs=[completion],
-            error=seq.error,
-        )
+
+
+def _children(params: SamplingParams) -> list[SamplingParams]:
+    """The sampling of each of a request's `n` completions."""
+    if params.n == 1:
+        return [params]
+    return [
+        dataclasses.replace(params, n=1, seed=None if params.seed is None else params.seed + i)
+        for i in range(params.n)
+    ]
 
 
 def _as_conversations(messages: object) -> list[list[dict[str, str]]]:

@@ -50,6 +50,7 @@ class SamplingParams:
     top_k: int = -1  # -1 or 0: no top-k cut
     top_p: float = 1.0  # 1.0: no nucleus cut
     max_tokens: int = 16  # new tokens to generate at most
+    n: int = 1  # completions of the prompt, each drawn on its own
     seed: int | None = None  # per-request generator seed (reproducible sampling), int64
     ignore_eos: bool = False  # keep going past EOS (benchmarks want fixed lengths)
     # What vLLM's SamplingParams adds, each off by default (mini_vllm/layers/logits_processors.py):
@@ -90,6 +91,8 @@ class SamplingParams:
     # ANCHOR: validate
     def _validate(self) -> None:
         # bool is an int in Python: True would pass as max_tokens=1 or seed=1 unnoticed.
+        if not _is_int(self.n) or self.n < 1:
+            raise UserError(f"n (completions a prompt) must be an integer >= 1, got {self.n!r}")
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
             raise UserError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
         if not (_is_number(self.temperature) and math.isfinite(self.temperature)) or (

@@ -217,3 +217,32 @@ def test_logprobs_under_async_scheduling_are_refused():
     async_llm = LLM("tiny", max_num_seqs=2, max_model_len=64, async_scheduling=True)
     with pytest.raises(UserError, match="async_scheduling"):
         async_llm.engine.add_request([1, 2], SamplingParams(logprobs=1))
+
+
+def test_n_completions_are_drawn_each_on_its_own(llm):
+    prompt = [5, 9, 13]
+    (out,) = llm.generate(
+        [prompt], SamplingParams(temperature=0, max_tokens=6, n=3), use_tqdm=False
+    )
+    assert [c.index for c in out.outputs] == [0, 1, 2]
+    assert len({tuple(c.token_ids) for c in out.outputs}) == 1  # greedy: all alike
+    seeded = SamplingParams(temperature=1.0, max_tokens=12, n=3, seed=5, ignore_eos=True)
+    (out,) = llm.generate([prompt], seeded, use_tqdm=False)
+    each = [
+        llm.generate(
+            [prompt],
+            SamplingParams(temperature=1.0, max_tokens=12, seed=5 + i, ignore_eos=True),
+            use_tqdm=False,
+        )[0].token_ids
+        for i in range(3)
+    ]
+    assert [c.token_ids for c in out.outputs] == each
+    unseeded = SamplingParams(temperature=1.0, max_tokens=12, n=4, ignore_eos=True)
+    (out,) = llm.generate([prompt], unseeded, use_tqdm=False)
+    assert len({tuple(c.token_ids) for c in out.outputs}) > 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_a_bad_n_is_refused(bad):
+    with pytest.raises(UserError, match="n "):
+        SamplingParams(n=bad)
