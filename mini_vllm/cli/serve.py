@@ -7,19 +7,35 @@ vllm/engine/arg_utils.py (`EngineArgs.add_cli_args`). Every field of `EngineConf
 `--enforce-eager`, `--cudagraph-mode full_and_piecewise`, `--compilation-mode vllm_compile`,
 `--async-scheduling`, ... The server answers at once; `/health` says 503 until the model is
 loaded, compiled and every graph captured, then 200. Ctrl-C (SIGINT) or SIGTERM stops it:
-the requests in flight get a few seconds to finish, then the engine thread stops.
+the requests in flight get --shutdown-timeout seconds to finish, then each one still running
+ends with an error (a stream: an error event, then `data: [DONE]`) and the engine stops.
+
+Who may talk to it. It listens on 127.0.0.1 by default (vLLM's default is every interface):
+only this machine reaches it. `--api-key KEY` (or $MINI_VLLM_API_KEY; vLLM's --api-key and
+$VLLM_API_KEY) makes every /v1 route want `Authorization: Bearer KEY`; /health and /metrics
+stay open, as in vLLM. The Host header must name the server: on a loopback address, localhost,
+127.0.0.1 or ::1 (so a web page whose DNS name is rebound to 127.0.0.1 is refused); with
+`--allowed-hosts NAME ...`, those names and the address it listens on (`*`: any host, vLLM's
+behaviour, and the default on any other address). It sends no CORS headers and reads bodies only
+as application/json, so a page of another origin can neither read its answers nor start a
+generation. `--max-request-body-bytes` (16 MiB) refuses a larger body with a 413.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import logging
+import os
 import signal
 import socket
 import sys
 
 from mini_vllm.cli.options import model_options, option
+
+DEFAULT_MAX_REQUEST_BODY_BYTES = 16 * 1024 * 1024  # api_server's; that module needs fastapi
+LOOPBACK_NAMES = ["localhost", "127.0.0.1", "::1"]
 
 # Every EngineConfig field but model, device and dtype (model_options) and usage_context (set
 # by the command): (help, argparse options). A flag without a default leaves the engine's.
@@ -141,6 +157,7 @@ def add_parser(subparsers) -> None:
         "serve",
         help="an OpenAI-compatible server (/v1/completions, /v1/chat/completions, /metrics)",
         description=" ".join(__doc__.split("\n\n")[0].split()),
+        epilog=" ".join(__doc__.split("\n\n")[2].split()),  # who may talk to the server
     )
     add_engine_options(p)
     server = p.add_argument_group("server options")
@@ -167,9 +184,34 @@ def add_parser(subparsers) -> None:
     option(
         server,
         "--shutdown-timeout",
-        "seconds the requests in flight get to finish after SIGINT/SIGTERM",
+        "seconds the requests in flight get to finish after SIGINT/SIGTERM; then each one "
+        "still running ends with an error (a stream: an error event, then data: [DONE])",
         type=int,
         default=5,
+    )
+    option(
+        server,
+        "--api-key",
+        "every /v1 request must send `Authorization: Bearer KEY` with one of these keys; "
+        "/health and /metrics stay open (default: $MINI_VLLM_API_KEY, else no key)",
+        nargs="+",
+        metavar="KEY",
+    )
+    option(
+        server,
+        "--allowed-hosts",
+        "the names clients may put in the Host header, besides the address listened on "
+        "(*: any; *.example.com: its subdomains; default: localhost, 127.0.0.1 and ::1 on a "
+        "loopback address, any host on others)",
+        nargs="+",
+        metavar="HOST",
+    )
+    option(
+        server,
+        "--max-request-body-bytes",
+        "the largest request body read; a larger one is refused with a 413",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BODY_BYTES,
     )
 
 
@@ -212,14 +254,50 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def access_options(args: argparse.Namespace, host: str) -> dict[str, object]:
+    """`build_app`'s api_keys, allowed_hosts and max_request_body_bytes from the flags, the
+    environment, and `host`, the address listened on."""
+    from mini_vllm.errors import UserError
+
+    if args.max_request_body_bytes < 1:
+        raise UserError(
+            f"--max-request-body-bytes must be a positive number of bytes, got "
+            f"{args.max_request_body_bytes}"
+        )
+    api_keys = args.api_key
+    if api_keys is None and os.environ.get("MINI_VLLM_API_KEY"):
+        api_keys = [os.environ["MINI_VLLM_API_KEY"]]
+    if api_keys is not None and not all(key.strip() for key in api_keys):
+        raise UserError("--api-key: an empty key would let anyone in; give a non-empty key")
+    wildcard = host in ("", "0.0.0.0", "::")
+    if args.allowed_hosts is not None:
+        allowed = list(args.allowed_hosts) + ([] if wildcard else [host])
+    elif _is_loopback(host):
+        allowed = LOOPBACK_NAMES + ([] if host in LOOPBACK_NAMES else [host])
+    else:
+        allowed = None  # any Host, as vLLM
+    return dict(
+        api_keys=api_keys,
+        allowed_hosts=allowed,
+        max_request_body_bytes=args.max_request_body_bytes,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     require_serving_packages()
-    import uvicorn
-
     from mini_vllm.engine.engine_config import EngineConfig
     from mini_vllm.entrypoints.async_llm import AsyncLLM
     from mini_vllm.entrypoints.metrics import PrometheusStatLogger
-    from mini_vllm.entrypoints.openai.api_server import build_app
+    from mini_vllm.entrypoints.openai.api_server import Server, build_app
     from mini_vllm.entrypoints.openai.serving_chat import load_chat_template
     from mini_vllm.errors import UserError
     from mini_vllm.llm import LLM
@@ -234,6 +312,7 @@ def run(args: argparse.Namespace) -> int:
     if args.shutdown_timeout < 0:
         raise UserError("--shutdown-timeout must be >= 0 seconds")
     name = args.served_model_name or args.model
+    access = access_options(args, args.host)
     sock = _bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
 
@@ -244,7 +323,7 @@ def run(args: argparse.Namespace) -> int:
     package_logger.setLevel(logging.INFO)
 
     failures: list[BaseException] = []
-    server: uvicorn.Server | None = None
+    server: Server | None = None
 
     def on_startup_failure(exc: BaseException) -> None:
         failures.append(exc)
@@ -256,18 +335,18 @@ def run(args: argparse.Namespace) -> int:
         metrics=PrometheusStatLogger(name),
         on_startup_failure=on_startup_failure,
     )
-    app = build_app(async_llm, name, chat_template=chat_template)
-    config = uvicorn.Config(
+    app = build_app(async_llm, name, chat_template=chat_template, **access)
+    server = Server(
         app,
+        shutdown_timeout=args.shutdown_timeout,
         log_level=args.uvicorn_log_level,
         access_log=args.access_log,
-        timeout_graceful_shutdown=args.shutdown_timeout,
     )
-    server = uvicorn.Server(config)
     shown = f"[{host}]" if ":" in host else host
     print(
         f"mini_vllm serve: {args.model} as {name!r} at http://{shown}:{port}/v1 ; GET /health "
-        "answers 503 while the model loads, compiles and captures its graphs, then 200",
+        "answers 503 while the model loads, compiles and captures its graphs, then 200"
+        + ("; /v1 wants an API key" if access["api_keys"] else ""),
         flush=True,
     )
     # uvicorn handles SIGINT and SIGTERM while it runs (a graceful shutdown), then raises the

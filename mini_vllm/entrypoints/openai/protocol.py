@@ -2,11 +2,25 @@
 
 vLLM counterpart: vllm/entrypoints/openai/completion/protocol.py (`CompletionRequest`,
 `CompletionResponse`, `CompletionStreamResponse`), chat_completion/protocol.py
-(`ChatCompletionRequest` and its responses) and engine/protocol.py (`ErrorResponse`,
-`UsageInfo`, `StreamOptions`, `ModelCard`). Only the fields the engine can honour are read;
-a field the engine cannot honour (`n > 1`, `stop`, `logprobs`, tools, ...) is refused with a
-400 that names it, so that nobody gets a silent default instead of what they asked for. Other
-unknown fields (`user`, `metadata`, ...) are ignored, as by OpenAI's own server.
+(`ChatCompletionRequest`, its `validate_stream_options` and `check_logprobs` validators, and its
+responses) and engine/protocol.py (`ErrorResponse`, `UsageInfo`, `StreamOptions`, `ModelCard`).
+
+What a request may hold, field by field, so that nobody gets a silent default instead of what
+they asked for:
+
+- The fields the server honours are declared below with their types. A value of the wrong type
+  is refused with a 400 naming the field (vLLM's status for a schema error).
+- Fields of OpenAI's or vLLM's API that mini_vllm does not serve yet (`n` > 1, `stop`,
+  `logprobs`, the penalties, `min_p`, `min_tokens`, tools, ...: `NOT_YET` below) are accepted
+  only at the value that asks for nothing, which is what clients send when the user left them
+  alone (`"n": 1`, `"presence_penalty": 0`, `"stop": null`); any other value is refused with
+  a 400 that names the field and says it is not supported yet.
+- Any other field is refused as unknown, by name: a typo (`"max_token"`) would otherwise run
+  with the default. vLLM only logs a warning for an unknown field; OpenAI's own API refuses it.
+- `user` and `metadata` are accepted and change nothing, as in vLLM.
+- `model` may be left out: it means the served model (vLLM's rule).
+- Two combinations vLLM refuses are refused: `stream_options` without `"stream": true`, and
+  (chat) `top_logprobs` without `"logprobs": true`.
 
 Two extensions come from vLLM: `top_k` and `ignore_eos` (benchmarks want fixed lengths), and
 `return_token_ids`, which adds the generated token ids to each choice (tests compare them with
@@ -15,13 +29,15 @@ the offline `LLM`).
 
 from __future__ import annotations
 
+import reprlib
 import time
 import uuid
-from typing import Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
+    "NOT_YET",
     "ChatCompletionRequest",
     "ChatCompletionResponse",
     "ChatCompletionStreamResponse",
@@ -33,7 +49,9 @@ __all__ = [
     "ErrorResponse",
     "ModelCard",
     "ModelList",
+    "RequestFieldError",
     "UsageInfo",
+    "clip",
     "random_id",
 ]
 
@@ -43,8 +61,29 @@ def random_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 120
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = 6
+_SHORT.maxlevel = 3
+
+
+def clip(value: object) -> str:
+    """`repr(value)`, cut to about a hundred characters: an error message may quote what the
+    client sent, never all of it (a 10 MiB field would come back whole otherwise)."""
+    return _SHORT.repr(value)
+
+
+class RequestFieldError(ValueError):
+    """A request that parses but cannot be served as written: a 400 naming `param`."""
+
+    def __init__(self, message: str, param: str | None) -> None:
+        super().__init__(message)
+        self.message, self.param = message, param
+
+
 class OpenAIBaseModel(BaseModel):
-    # Clients send fields the engine has no use for (user, metadata, ...): accept them.
+    # Extra fields are kept, so that the request's validator can name each one: refused as
+    # unknown, or as not supported yet (NOT_YET), or accepted at their neutral value.
     model_config = ConfigDict(extra="allow")
 
 
@@ -64,66 +103,153 @@ class ErrorResponse(BaseModel):
 
 # -- requests ---------------------------------------------------------------------------
 
+# Fields of OpenAI's or vLLM's requests that mini_vllm does not serve yet, each with the values
+# that ask for nothing. The engine's SamplingParams may have some of these options already:
+# until the server passes one on (and shapes its answer, for logprobs), it is refused here.
+NOT_YET: dict[str, tuple[object, ...]] = {
+    "n": (None, 1),
+    "best_of": (None, 1),
+    "stop": (None, [], ""),
+    "stop_token_ids": (None, []),
+    "include_stop_str_in_output": (None, False),
+    "logprobs": (None, False),
+    "prompt_logprobs": (None,),
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "repetition_penalty": (None, 1),
+    "min_p": (None, 0),
+    "min_tokens": (None, 0),
+    "logit_bias": (None, {}),
+    "allowed_token_ids": (None,),
+    "bad_words": (None, []),
+    "use_beam_search": (None, False),
+    "length_penalty": (None, 1),
+    "echo": (None, False),
+    "skip_special_tokens": (None, True),
+    "spaces_between_special_tokens": (None, True),
+    "truncate_prompt_tokens": (None,),
+    "response_format": (None, {"type": "text"}),
+    "structured_outputs": (None,),
+    "guided_json": (None,),
+    "guided_regex": (None,),
+    "guided_choice": (None,),
+    "guided_grammar": (None,),
+    "priority": (None, 0),
+    "request_id": (None,),
+    "cache_salt": (None,),
+    "kv_transfer_params": (None,),
+    "vllm_xargs": (None,),
+    "logits_processors": (None,),
+    "return_tokens_as_token_ids": (None, False),
+    "store": (None, False),
+    "service_tier": (None, "auto", "default"),
+}
+_NOT_YET_COMPLETION = NOT_YET | {"suffix": (None, ""), "add_special_tokens": (None, True)}
+_NOT_YET_CHAT = NOT_YET | {
+    "top_logprobs": (None, 0),
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "add_generation_prompt": (None, True),
+    "continue_final_message": (None, False),
+    "add_special_tokens": (None, False),  # the chat template holds the special tokens
+    "chat_template": (None,),
+    "chat_template_kwargs": (None, {}),
+    "documents": (None,),
+    "mm_processor_kwargs": (None,),
+    "reasoning_effort": (None,),
+    "include_reasoning": (None, True),
+    "audio": (None,),
+    "modalities": (None, ["text"]),
+    "prediction": (None,),
+    "web_search_options": (None,),
+}
 
-class StreamOptions(OpenAIBaseModel):
-    include_usage: bool = False  # one last chunk with no choices and the usage
+
+# A list checked up to its first bad item: pydantic would otherwise report every bad item of
+# every member of a union, and build each error on the event loop (seconds for a megabyte
+# of them).
+_FailFast = Field(fail_fast=True)
+_Ids = Annotated[list[int], _FailFast]
+
+
+def _asks_for_nothing(value: object, neutral: tuple[object, ...]) -> bool:
+    # `True == 1` and `False == 0` in Python: `"n": true` is no neutral `"n": 1`.
+    return any(value == n and isinstance(value, bool) == isinstance(n, bool) for n in neutral)
+
+
+class StreamOptions(BaseModel):
+    # A typo inside stream_options is refused like one at the top.
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: bool | None = False  # one last chunk with no choices and the usage
+    continuous_usage_stats: bool | None = False  # vLLM's: usage in every chunk (not yet)
 
 
 class _SamplingRequest(OpenAIBaseModel):
     """What completions and chat share: the model, sampling, streaming."""
 
-    model: str
+    not_yet_fields: ClassVar[dict[str, tuple[object, ...]]] = NOT_YET
+    endpoint: ClassVar[str] = ""
+
+    model: str | None = None  # None: the served model
     max_tokens: int | None = None
     temperature: float | None = None  # None: 1.0, OpenAI's default; 0: greedy
     top_p: float | None = None
     top_k: int | None = None  # vLLM's extension
     seed: int | None = None
-    n: int = 1
-    stream: bool = False
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # vLLM's extension
-    return_token_ids: bool = False  # vLLM's extension: the generated ids in each choice
-    # Refused unless left at their defaults (the engine has no such feature):
-    stop: str | list[str] | None = None
-    logprobs: bool | int | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
+    return_token_ids: bool | None = False  # vLLM's extension: the generated ids in each choice
+    user: str | None = None  # OpenAI's end-user id; nothing here reads it (nor in vLLM)
+    metadata: dict[str, Any] | None = None  # OpenAI's tags for stored completions; idem
+
+    @model_validator(mode="after")
+    def _refuse_unknown_fields_and_conflicts(self) -> Any:
+        for name in self.model_extra or {}:
+            if name not in self.not_yet_fields:
+                known = ", ".join(sorted(type(self).model_fields))
+                raise RequestFieldError(
+                    f"unknown field {clip(name)} in a {self.endpoint} request: check its "
+                    f"spelling (mini_vllm refuses a field it does not know rather than run "
+                    f"without it); the fields it reads are {known}",
+                    name,
+                )
+        if self.stream_options is not None and not self.stream:
+            raise RequestFieldError(
+                'stream_options is only allowed with "stream": true (vLLM\'s rule too): add '
+                '"stream": true, or leave stream_options out',
+                "stream_options",
+            )
+        return self
 
     def unsupported_fields(self) -> list[str]:
-        """The fields set to something the engine cannot do."""
-        names = []
-        if self.n != 1:
-            names.append("n")
-        if self.stop:
-            names.append("stop")
-        if self.logprobs not in (None, False, 0):
-            names.append("logprobs")
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name) not in (None, 0, 0.0):
-                names.append(name)
-        if self.logit_bias:
-            names.append("logit_bias")
+        """The fields set to something mini_vllm does not serve yet."""
+        extra = self.model_extra or {}
+        names = [  # in the table's order, not the client's: the same request, the same error
+            name
+            for name, neutral in self.not_yet_fields.items()
+            if name in extra and not _asks_for_nothing(extra[name], neutral)
+        ]
+        if self.stream_options is not None and self.stream_options.continuous_usage_stats:
+            names.append("stream_options.continuous_usage_stats")
         return names
+
+    def neutral_value(self, name: str) -> object:
+        """What to send instead of an unsupported field's value (None: leave it out)."""
+        neutral = self.not_yet_fields.get(name, (None,))
+        return next((value for value in neutral if value is not None), None)
 
 
 class CompletionRequest(_SamplingRequest):
-    # text, token ids, or a batch of either (one choice per prompt)
-    prompt: str | list[int] | list[str] | list[list[int]]
-    max_tokens: int | None = 16  # OpenAI's and vLLM's default for completions
-    echo: bool = False
-    suffix: str | None = None
-    best_of: int | None = None
+    not_yet_fields: ClassVar[dict[str, tuple[object, ...]]] = _NOT_YET_COMPLETION
+    endpoint: ClassVar[str] = "/v1/completions"
 
-    def unsupported_fields(self) -> list[str]:
-        names = super().unsupported_fields()
-        if self.echo:
-            names.append("echo")
-        if self.suffix:
-            names.append("suffix")
-        if self.best_of not in (None, 1):
-            names.append("best_of")
-        return names
+    # text, token ids, or a batch of either (one choice per prompt)
+    prompt: str | _Ids | Annotated[list[str], _FailFast] | Annotated[list[_Ids], _FailFast]
+    max_tokens: int | None = 16  # OpenAI's and vLLM's default for completions
 
 
 class TextPart(OpenAIBaseModel):
@@ -132,24 +258,32 @@ class TextPart(OpenAIBaseModel):
 
 
 class ChatMessage(OpenAIBaseModel):
+    # Other keys of a message (`name`, ...) are accepted; the template sees role and content.
     role: str
-    content: str | list[TextPart] | None = None
+    content: str | Annotated[list[TextPart], _FailFast] | None = None
 
 
 class ChatCompletionRequest(_SamplingRequest):
-    messages: list[ChatMessage]
-    # None (and max_tokens None): as many as the context has room for (vLLM's default)
-    max_completion_tokens: int | None = None
-    tools: list[dict] | None = None
-    response_format: dict | None = None
+    not_yet_fields: ClassVar[dict[str, tuple[object, ...]]] = _NOT_YET_CHAT
+    endpoint: ClassVar[str] = "/v1/chat/completions"
 
-    def unsupported_fields(self) -> list[str]:
-        names = super().unsupported_fields()
-        if self.tools:
-            names.append("tools")
-        if self.response_format and self.response_format.get("type") not in (None, "text"):
-            names.append("response_format")
-        return names
+    messages: Annotated[list[ChatMessage], _FailFast]
+    # Taken over max_tokens when both are set (vLLM's rule). Both None: as many as the context
+    # has room for (vLLM's default).
+    max_completion_tokens: int | None = None
+    parallel_tool_calls: bool | None = None  # no tools are served, so it changes nothing
+
+    @model_validator(mode="after")
+    def _refuse_top_logprobs_without_logprobs(self) -> Any:
+        extra = self.model_extra or {}
+        top = extra.get("top_logprobs")
+        if top is not None and not _asks_for_nothing(top, (0,)) and not extra.get("logprobs"):
+            raise RequestFieldError(
+                'top_logprobs needs "logprobs": true (vLLM\'s rule too): add it, or leave '
+                "top_logprobs out",
+                "top_logprobs",
+            )
+        return self
 
 
 # -- responses --------------------------------------------------------------------------

@@ -14,6 +14,7 @@ then one chunk per step with the new text, the last one with the `finish_reason`
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -35,6 +36,7 @@ from mini_vllm.entrypoints.openai.serving_engine import (
     ChoiceState,
     OpenAIServing,
     ServingError,
+    check_unicode,
     dump,
     sse,
 )
@@ -74,9 +76,13 @@ class OpenAIServingChat(OpenAIServing):
         self, request: ChatCompletionRequest, raw_request: Request
     ) -> Response:
         self.check_request(request)
-        ids = self.check_prompt(self._render(request), "messages")
-        max_tokens = request.max_completion_tokens or request.max_tokens
-        params = self.sampling_params(request, len(ids), max_tokens)
+        # Rendering, tokenizing and checking every id grow with the conversation: off the loop.
+        ids = await asyncio.to_thread(self._prompt_ids, request)
+        if request.max_completion_tokens is not None:  # OpenAI's name, over the older one
+            max_tokens, param = request.max_completion_tokens, "max_completion_tokens"
+        else:
+            max_tokens, param = request.max_tokens, "max_tokens"
+        params = self.sampling_params(request, len(ids), max_tokens, param)
         return await self.respond(request, raw_request, "chatcmpl", [ids], [params])
 
     def whole_response(self, request, request_id, choices) -> ChatCompletionResponse:
@@ -95,6 +101,10 @@ class OpenAIServingChat(OpenAIServing):
             usage=self.usage(choices),
         )
 
+    def _prompt_ids(self, request: ChatCompletionRequest) -> list[int]:
+        """The conversation as checked prompt token ids. Runs in a worker thread."""
+        return self.check_prompt(self._render(request), "messages")
+
     def _render(self, request: ChatCompletionRequest) -> list[int]:
         """The conversation as prompt token ids, through the chat template."""
         if not request.messages:
@@ -112,6 +122,8 @@ class OpenAIServingChat(OpenAIServing):
                         "messages",
                     )
                 content = "".join(part.text or "" for part in content)
+            check_unicode(message.role, f"messages[{i}].role")
+            check_unicode(content or "", f"messages[{i}].content")
             messages.append({"role": message.role, "content": content or ""})
         tokenizer = self.llm.tokenizer
         template = self.chat_template or getattr(tokenizer, "chat_template", None)
@@ -131,7 +143,7 @@ class OpenAIServingChat(OpenAIServing):
         except Exception as exc:  # a template's raise_exception, or a template error
             message = f"the chat template refused the messages: {exc}"
             raise ServingError(message, 400, "messages") from None
-        return tokenizer.encode(text, add_special_tokens=False)
+        return self.encode(text, "messages", add_special_tokens=False)
 
     async def stream_events(
         self,

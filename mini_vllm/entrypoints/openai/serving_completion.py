@@ -12,6 +12,7 @@ and the usage; then `data: [DONE]`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -39,7 +40,8 @@ __all__ = ["OpenAIServingCompletion"]
 class OpenAIServingCompletion(OpenAIServing):
     async def create_completion(self, request: CompletionRequest, raw_request: Request) -> Response:
         self.check_request(request)
-        prompts = [self.check_prompt(ids, "prompt") for ids in self._prompt_ids(request.prompt)]
+        # Tokenizing and checking every id grow with the prompt: off the event loop.
+        prompts = await asyncio.to_thread(self._prompt_ids, request.prompt)
         params = [self.sampling_params(request, len(ids), request.max_tokens) for ids in prompts]
         return await self.respond(request, raw_request, "cmpl", prompts, params)
 
@@ -60,19 +62,22 @@ class OpenAIServingCompletion(OpenAIServing):
         )
 
     def _prompt_ids(self, prompt: str | list) -> list[list[int]]:
-        """Every prompt of the request as token ids (text is encoded as `LLM.generate` does)."""
+        """Every prompt of the request as checked token ids (text is encoded as `LLM.generate`
+        does). Runs in a worker thread."""
         if isinstance(prompt, str):
-            return [self._encode(prompt)]
-        if prompt and all(isinstance(p, str) for p in prompt):
-            return [self._encode(p) for p in prompt]
-        if prompt and all(isinstance(p, list) for p in prompt):
-            return [list(p) for p in prompt]
-        return [list(prompt)]  # token ids (an empty list is refused as an empty prompt)
+            prompts = [self._encode(prompt)]
+        elif prompt and all(isinstance(p, str) for p in prompt):
+            prompts = [self._encode(p) for p in prompt]
+        elif prompt and all(isinstance(p, list) for p in prompt):
+            prompts = [list(p) for p in prompt]
+        else:
+            prompts = [list(prompt)]  # token ids (an empty list is refused as an empty prompt)
+        return [self.check_prompt(ids, "prompt") for ids in prompts]
 
     def _encode(self, text: str) -> list[int]:
         if not text:
             raise ServingError("the prompt is empty: give at least one character", 400, "prompt")
-        return self.llm.tokenizer.encode(text)
+        return self.encode(text, "prompt")
 
     async def stream_events(
         self,

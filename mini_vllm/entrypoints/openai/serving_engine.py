@@ -10,7 +10,15 @@ Every check runs before the request reaches the engine, so that a bad request is
 once with an OpenAI-style error (`{"error": {"message", "type", "param", "code"}}`) and never
 disturbs the requests being served: 404 for a model this server does not serve, 400 for a
 value the engine cannot take (max_tokens < 1, a negative temperature, a prompt longer than
-the context, a feature the engine lacks), 503 while the engine warms up.
+the context, text that is not valid Unicode, a feature not served yet), 503 while the engine
+warms up. An error message quotes what the client sent only in part (`clip`).
+
+Work that grows with the request's size (tokenizing, rendering the chat template, checking
+each token id) runs in a worker thread (`asyncio.to_thread`; vLLM's `AsyncMicrobatchTokenizer`
+of vllm/utils/async_utils.py keeps its tokenizer off the event loop too), so that one large
+prompt never stalls `/health` or the streams of others. The prompt's length is checked first,
+from what costs nothing to count (the ids of a token-id prompt, the characters of a text one),
+so that a prompt far longer than the context is refused before any work per token.
 """
 
 from __future__ import annotations
@@ -28,7 +36,13 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from mini_vllm.entrypoints.async_llm import AsyncLLM, RequestOutputDelta
-from mini_vllm.entrypoints.openai.protocol import ErrorInfo, ErrorResponse, UsageInfo, random_id
+from mini_vllm.entrypoints.openai.protocol import (
+    ErrorInfo,
+    ErrorResponse,
+    UsageInfo,
+    clip,
+    random_id,
+)
 from mini_vllm.errors import UserError
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.tokenizer import IncrementalDetokenizer
@@ -46,11 +60,16 @@ __all__ = [
 
 ERROR_TYPES = {
     400: "BadRequestError",
+    401: "AuthenticationError",
     404: "NotFoundError",
+    413: "RequestTooLargeError",
     422: "UnprocessableEntityError",
     500: "InternalServerError",
     503: "ServiceUnavailableError",
 }
+# An error message longer than this is cut: messages quote the request only in part (`clip`),
+# this bounds what a template's or a library's own message may add.
+MAX_ERROR_MESSAGE = 2000
 
 
 class ServingError(Exception):
@@ -61,10 +80,35 @@ class ServingError(Exception):
         self.message, self.status_code, self.param = message, status_code, param
 
 
+def _printable(text: str) -> str:
+    # A lone surrogate (JSON's "\\ud800") cannot be encoded as UTF-8: the JSON answer that
+    # quotes it would fail as a 500. Show it escaped instead.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def error_body(message: str, status_code: int, param: str | None = None) -> dict[str, Any]:
     error_type = ERROR_TYPES.get(status_code, HTTPStatus(status_code).phrase.replace(" ", ""))
+    if len(message) > MAX_ERROR_MESSAGE:
+        message = f"{message[:MAX_ERROR_MESSAGE]}... ({len(message)} characters in all)"
+    message = _printable(message)
+    param = None if param is None else _printable(param[:200])
     info = ErrorInfo(message=message, type=error_type, param=param, code=status_code)
     return ErrorResponse(error=info).model_dump()
+
+
+def check_unicode(text: str, param: str) -> None:
+    """A 400 naming `param` if `text` holds what UTF-8 cannot encode (a lone surrogate, which
+    JSON's `\\ud800` escapes can carry): the tokenizer would fail on it as a 500."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ServingError(
+            f"{param} is not valid Unicode: character {exc.start} is {text[exc.start]!r}, a lone "
+            "surrogate (half of a UTF-16 pair), which UTF-8 cannot encode: send both halves of "
+            "the pair, or valid UTF-8 text",
+            400,
+            param,
+        ) from None
 
 
 def sse(payload: dict[str, Any] | str) -> str:
@@ -181,6 +225,7 @@ class OpenAIServing:
     def __init__(self, async_llm: AsyncLLM, served_model_name: str) -> None:
         self.async_llm = async_llm
         self.served_model_name = served_model_name
+        self._max_chars_per_token: int | None = None  # of the tokenizer, once asked for
 
     @property
     def llm(self):
@@ -203,29 +248,70 @@ class OpenAIServing:
 
     def check_request(self, request: Any) -> None:
         _ = self.llm  # 503 before the warm-up is done
-        if request.model != self.served_model_name:
+        if request.model is not None and request.model != self.served_model_name:
             raise ServingError(
-                f"The model `{request.model}` does not exist: this server serves "
-                f"`{self.served_model_name}` (GET /v1/models lists it)",
+                f"The model {clip(request.model)} does not exist: this server serves "
+                f"`{self.served_model_name}` (GET /v1/models lists it; or leave `model` out)",
                 404,
                 "model",
             )
         unsupported = request.unsupported_fields()
         if unsupported:
+            names = ", ".join(unsupported)
+            neutral = [(name, request.neutral_value(name)) for name in unsupported]
+            instead = "; ".join(
+                f"leave {name} out"
+                if value is None
+                else f"leave {name} out or send {json.dumps(value)}"
+                for name, value in neutral
+            )
             raise ServingError(
-                f"mini_vllm does not support {', '.join(unsupported)}: leave "
-                f"{'it' if len(unsupported) == 1 else 'them'} out of the request"
+                f"mini_vllm's server does not support {names} yet: {instead}"
                 + (" (send the request n times instead)" if "n" in unsupported else ""),
                 400,
                 unsupported[0],
             )
 
+    def max_chars_per_token(self) -> int:
+        """The most characters of text one token of this tokenizer can stand for, plus one (a
+        decoder may drop a word's leading space): a prompt of more than this many characters
+        per token of context cannot fit. Assumes the tokenizer's normalizer drops no text,
+        which holds for the byte-level BPE and SentencePiece tokenizers of LLMs."""
+        if self._max_chars_per_token is None:
+            llm = self.llm
+            decode = llm.tokenizer.decode
+            longest = 1
+            for token in range(llm.engine.model.config.vocab_size):
+                try:
+                    longest = max(longest, len(decode([token], skip_special_tokens=False)))
+                except Exception:  # an id the tokenizer lacks (a padded vocabulary) is no text
+                    continue
+            self._max_chars_per_token = longest + 1
+        return self._max_chars_per_token
+
+    def check_text_length(self, text: str, param: str) -> None:
+        """Refuse a text far longer than the context before tokenizing it (the tokenizer holds
+        the GIL while it works: a 10 MiB prompt would stall every thread for seconds)."""
+        limit = self.max_model_len * self.max_chars_per_token()
+        if len(text) > limit:
+            what = "the prompt" if param == "prompt" else f"{param}, rendered as text,"
+            raise ServingError(
+                f"This model's maximum context length is {self.max_model_len} tokens, and "
+                f"{what} has {len(text)} characters, more than {limit} (the most that "
+                f"{self.max_model_len} tokens of this tokenizer can spell out): shorten it",
+                400,
+                param,
+            )
+
+    def encode(self, text: str, param: str, add_special_tokens: bool = True) -> list[int]:
+        """Text to ids, checked first for length and Unicode. Call off the event loop."""
+        self.check_text_length(text, param)
+        check_unicode(text, param)
+        return self.llm.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
     def check_prompt(self, ids: list[int], param: str) -> list[int]:
-        """The prompt's ids, checked against the vocabulary and the context length."""
-        try:
-            ids = self.llm.engine.check_prompt(ids)
-        except UserError as exc:
-            raise ServingError(str(exc), 400, param) from None
+        """The prompt's ids, checked against the context length (first: it costs nothing) and
+        the vocabulary. Call off the event loop: the second check visits every id."""
         if len(ids) >= self.max_model_len:
             raise ServingError(
                 f"This model's maximum context length is {self.max_model_len} tokens, and the "
@@ -234,22 +320,39 @@ class OpenAIServing:
                 400,
                 param,
             )
-        return ids
+        try:
+            return self.llm.engine.check_prompt(ids)
+        except UserError as exc:
+            raise ServingError(str(exc), 400, param) from None
 
-    def sampling_params(self, request: Any, prompt_len: int, max_tokens: int | None):
-        """SamplingParams from the request; `max_tokens` None: the rest of the context."""
+    def sampling_params(
+        self,
+        request: Any,
+        prompt_len: int,
+        max_tokens: int | None,
+        max_tokens_param: str = "max_tokens",
+    ) -> SamplingParams:
+        """SamplingParams from the request; `max_tokens` None: the rest of the context.
+        `max_tokens_param` names the field it came from (chat has two)."""
         if max_tokens is None:
             max_tokens = self.max_model_len - prompt_len
-        elif isinstance(max_tokens, int) and max_tokens >= 1:
+        elif max_tokens < 1:
+            raise ServingError(
+                f"{max_tokens_param} must be at least 1 (the most tokens to generate; vLLM's "
+                f"rule too), got {max_tokens}: leave it out for the default",
+                400,
+                max_tokens_param,
+            )
+        else:
             total = prompt_len + max_tokens
             if total > self.max_model_len:
                 raise ServingError(
                     f"This model's maximum context length is {self.max_model_len} tokens; the "
-                    f"prompt has {prompt_len} and max_tokens asks for {max_tokens} more "
-                    f"({total} in all): lower max_tokens to at most "
+                    f"prompt has {prompt_len} and {max_tokens_param} asks for {max_tokens} more "
+                    f"({total} in all): lower {max_tokens_param} to at most "
                     f"{self.max_model_len - prompt_len}, or shorten the prompt",
                     400,
-                    "max_tokens",
+                    max_tokens_param,
                 )
         options = dict(max_tokens=max_tokens, ignore_eos=request.ignore_eos)
         options["temperature"] = 1.0 if request.temperature is None else request.temperature
@@ -265,11 +368,11 @@ class OpenAIServing:
         needed = blocks.blocks_needed(prompt_len + params.max_tokens)
         if needed > blocks.num_blocks:
             raise ServingError(
-                f"the prompt ({prompt_len} tokens) and max_tokens ({params.max_tokens}) need "
-                f"{needed} KV blocks, more than the whole cache of {blocks.num_blocks}: lower "
-                "max_tokens (or start the server with a larger cache)",
+                f"the prompt ({prompt_len} tokens) and {max_tokens_param} ({params.max_tokens}) "
+                f"need {needed} KV blocks, more than the whole cache of {blocks.num_blocks}: "
+                f"lower {max_tokens_param} (or start the server with a larger cache)",
                 400,
-                "max_tokens",
+                max_tokens_param,
             )
         return params
 
