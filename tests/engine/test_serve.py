@@ -70,6 +70,19 @@ def client_for(server, **kwargs) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, **kwargs)
 
 
+def slow_engine():
+    """The server's engine with 20 ms added to every step (a stream of 200 tokens: 4 s)."""
+    llm = LLM("tiny", **ENGINE)
+    step = llm.engine.step
+
+    def slow_step():
+        time.sleep(0.02)
+        return step()
+
+    llm.engine.step = slow_step
+    return llm
+
+
 @pytest.fixture(scope="module")
 def offline():
     """The offline engine, with the server's options: the reference outputs."""
@@ -285,19 +298,7 @@ def test_64_concurrent_streams_equal_the_offline_llm_and_free_every_block(server
 @pytest.fixture(scope="module")
 def slow_server():
     """A server whose every engine step takes 20 ms more: time to disconnect mid-stream."""
-
-    def factory():
-        llm = LLM("tiny", **ENGINE)
-        step = llm.engine.step
-
-        def slow_step():
-            time.sleep(0.02)
-            return step()
-
-        llm.engine.step = slow_step
-        return llm
-
-    with serving(factory) as pair:
+    with serving(slow_engine) as pair:
         yield pair
 
 

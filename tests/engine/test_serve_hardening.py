@@ -46,6 +46,7 @@ from tests.engine.test_serve import (
     client_for,
     engine_idle_and_free,
     serving,
+    slow_engine,
     wait_until,
 )
 
@@ -456,18 +457,7 @@ def _ends_with_an_error_and_done(events: list) -> bool:
 
 
 def test_stopping_the_server_ends_streams_past_the_timeout_with_an_error_and_done():
-    def slow():  # 20 ms a step: a stream of 200 tokens lasts 4 s
-        llm = LLM("tiny", **ENGINE)
-        step = llm.engine.step
-
-        def slow_step():
-            time.sleep(0.02)
-            return step()
-
-        llm.engine.step = slow_step
-        return llm
-
-    with serving_with(slow, shutdown_timeout=1.0) as (srv, _):
+    with serving_with(slow_engine, shutdown_timeout=1.0) as (srv, _):
         url = srv.url + "/v1/completions"
         threads, streams = [], []
         for max_tokens in (10, 200, 200):
