@@ -177,6 +177,18 @@ if triton is not None:
             values = values.to(tl.float32)
         return keys, values, visible
 
+    @triton.jit
+    def _online_softmax_step(scores, values, acc, running_sum, running_max, DOT_PRECISION):
+        """Fold one tile of scores `[rows, tokens]` and its values into each row's running
+        maximum, sum of exponentials and weighted sum (the online softmax)."""
+        new_max = tl.maximum(running_max, tl.max(scores, axis=1))
+        probs = tl.exp(scores - new_max[:, None])
+        correction = tl.exp(running_max - new_max)
+        weighted = tl.dot(probs.to(values.dtype), values, input_precision=DOT_PRECISION)
+        acc = acc * correction[:, None] + weighted
+        running_sum = running_sum * correction + tl.sum(probs, axis=1)
+        return acc, running_sum, new_max
+
     # ANCHOR: split_decode_kernels
     @triton.jit
     def _paged_decode_grouped_kernel(
@@ -253,13 +265,9 @@ if triton is not None:
             )
             scores = tl.dot(q_dot, tl.trans(keys), input_precision=DOT_PRECISION) * scale
             scores = tl.where(visible[None, :], scores, float("-inf"))  # [group, tokens]
-            new_max = tl.maximum(running_max, tl.max(scores, axis=1))
-            probs = tl.exp(scores - new_max[:, None])
-            correction = tl.exp(running_max - new_max)
-            weighted = tl.dot(probs.to(values.dtype), values, input_precision=DOT_PRECISION)
-            acc = acc * correction[:, None] + weighted
-            running_sum = running_sum * correction + tl.sum(probs, axis=1)
-            running_max = new_max
+            acc, running_sum, running_max = _online_softmax_step(
+                scores, values, acc, running_sum, running_max, DOT_PRECISION
+            )
         if NUM_SPLITS == 1:  # one slice holds the whole context: the result itself
             tl.store(
                 out_ptr + request * stride_o_tok + heads[:, None] * stride_o_head + dims[None, :],
@@ -383,13 +391,9 @@ if triton is not None:
             # Key 0 is visible to every row (real or not), so no row's maximum stays -inf.
             allowed = visible[None, :] & (key_position[None, :] <= position[:, None])
             scores = tl.where(allowed, scores, float("-inf"))
-            new_max = tl.maximum(running_max, tl.max(scores, axis=1))
-            probs = tl.exp(scores - new_max[:, None])
-            correction = tl.exp(running_max - new_max)
-            weighted = tl.dot(probs.to(values.dtype), values, input_precision=DOT_PRECISION)
-            acc = acc * correction[:, None] + weighted
-            running_sum = running_sum * correction + tl.sum(probs, axis=1)
-            running_max = new_max
+            acc, running_sum, running_max = _online_softmax_step(
+                scores, values, acc, running_sum, running_max, DOT_PRECISION
+            )
         tl.store(
             out_ptr
             + (q_start + token)[:, None] * stride_o_tok
