@@ -1,7 +1,8 @@
-"""Registering mini_vllm's custom ops with PyTorch's dispatcher, directly.
+"""Registering mini_vllm's custom ops with PyTorch's dispatcher, directly; and small host
+values sent to the device without making the host wait.
 
 vLLM counterpart: vllm/utils/torch_utils.py (`direct_register_custom_op` and the
-`vllm_lib` library fragment it registers into).
+`vllm_lib` library fragment it registers into; `async_tensor_h2d`).
 
 A custom op is what a compiler must not look into: attention, whose work depends on each
 step's metadata, and the products whose kernel is chosen by row count when they run.
@@ -22,7 +23,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-__all__ = ["direct_register_custom_op"]
+__all__ = ["async_tensor_h2d", "direct_register_custom_op"]
 
 # Every op lives as long as the library object that registered it: a module global.
 _LIBRARY = torch.library.Library("mini_vllm", "FRAGMENT")
@@ -48,3 +49,23 @@ def direct_register_custom_op(
 
 
 # ANCHOR_END: direct_register
+
+
+# ANCHOR: async_tensor_h2d
+def async_tensor_h2d(values, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """`values` (a list or numpy array) as a tensor on `device`, without a host wait.
+
+    `torch.tensor(values, device="cuda")` copies from pageable memory and then waits for
+    the stream: every kernel queued before it, a whole forward pass, must finish first,
+    and under async scheduling that wait is exactly what the overlap was meant to hide.
+    Staged in pinned memory (PyTorch's caching host allocator, which reuses a block only
+    once the copy that reads it has run), the copy is queued like a kernel.
+    """
+    device = torch.device(device)
+    host = torch.as_tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+# ANCHOR_END: async_tensor_h2d

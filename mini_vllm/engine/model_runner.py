@@ -62,6 +62,7 @@ from mini_vllm.layers.attention import (
 from mini_vllm.layers.custom_op import set_custom_ops
 from mini_vllm.layers.logits_processors import SamplingBatch
 from mini_vllm.layers.sampler import Sampler, make_generator
+from mini_vllm.torch_utils import async_tensor_h2d
 
 __all__ = ["CaptureReport", "ModelRunner", "SampledTokens"]
 
@@ -339,9 +340,7 @@ class ModelRunner:
             return
         row_of = {seq_id: row for row, seq_id in enumerate(self._prev_sample_ids)}
         sources = [row_of[seq_id] for seq_id in seq_ids]
-        index = torch.tensor([targets, sources], dtype=torch.long).to(
-            self.device, non_blocking=True
-        )
+        index = async_tensor_h2d([targets, sources], torch.long, self.device)
         self.input_ids.index_copy_(0, index[0], self._prev_sampled.index_select(0, index[1]))
 
     # ANCHOR_END: fill_placeholders
@@ -395,7 +394,7 @@ class ModelRunner:
             if inputs.logits_indices[-1] == k - 1:  # k increasing indices ending at k - 1
                 selected = hidden_states[:k]
             else:
-                rows = torch.from_numpy(inputs.logits_indices).to(self.device, non_blocking=True)
+                rows = async_tensor_h2d(inputs.logits_indices, torch.long, self.device)
                 selected = hidden_states.index_select(0, rows)
             logits = self.model.compute_logits(selected)
             scheduled = output.scheduled

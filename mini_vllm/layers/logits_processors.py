@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.torch_utils import async_tensor_h2d
 
 __all__ = [
     "SamplingBatch",
@@ -59,10 +60,10 @@ class SamplingBatch:
         (counts) and for min_tokens (how many were generated)."""
 
         def column(values) -> torch.Tensor:
-            return torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)
+            return async_tensor_h2d(values, torch.float32, device)
 
         def index(values) -> torch.Tensor:  # long even when empty
-            return torch.tensor(values, dtype=torch.long).to(device, non_blocking=True)
+            return async_tensor_h2d(values, torch.long, device)
 
         output_counts = in_prompt = bias = banned = None
         if histories is not None and any(p.uses_history for p in params):
@@ -82,7 +83,11 @@ class SamplingBatch:
                 accumulate=True,
             )
             in_prompt = torch.zeros(len(params), vocab_size, dtype=torch.bool, device=device)
-            in_prompt[index(rows_in), index(tokens_in)] = True
+            # index_put_ with a value made on the device: `in_prompt[rows, tokens] = True`
+            # would copy the Python True from the host and wait for the GPU to do it.
+            in_prompt.index_put_(
+                (index(rows_in), index(tokens_in)), torch.ones((), dtype=torch.bool, device=device)
+            )
         triples = [
             (row, token, value)
             for row, p in enumerate(params)
@@ -117,8 +122,8 @@ class SamplingBatch:
 
 def apply_min_tokens(logits: torch.Tensor, banned) -> torch.Tensor:
     """Before a row has its min_tokens, EOS and its stop tokens cannot be drawn."""
-    if banned is not None:
-        logits[banned] = float("-inf")
+    if banned is not None:  # a value made on the device: no host-to-device copy and wait
+        logits.index_put_(banned, torch.full((), float("-inf"), device=logits.device))
     return logits
 
 

@@ -28,6 +28,7 @@ from mini_vllm.layers.logits_processors import (
     apply_penalties,
 )
 from mini_vllm.sampling_params import SamplingParams
+from mini_vllm.torch_utils import async_tensor_h2d
 
 __all__ = ["Sampler", "apply_top_k_top_p", "make_generator"]
 
@@ -97,17 +98,24 @@ class Sampler(nn.Module):
         device = logits.device
         logits = logits.float()
         # Greedy rows are sampled too (with harmless settings) and then overwritten:
-        # one code path for the whole batch is simpler than gathering rows.
-        temperature = torch.tensor(
-            [p.temperature if not p.greedy else 1.0 for p in params], device=device
+        # one code path for the whole batch is simpler than gathering rows. The rows'
+        # settings travel in one copy that does not make the host wait for the GPU.
+        settings = async_tensor_h2d(
+            [
+                [p.temperature if not p.greedy else 1.0 for p in params],
+                [float(p.greedy) for p in params],
+                [float(p.top_k) for p in params],
+                [float(p.top_p) for p in params],
+            ],
+            torch.float32,
+            device,
         )
+        temperature, is_greedy, top_k, top_p = settings
         logits = logits / temperature.unsqueeze(1)
         if processors is not None and any(p.min_p > 0 for p in params):
             logits = apply_min_p(logits, processors.min_p)
         if any(p.top_k > 0 or p.top_p < 1.0 for p in params):
-            top_k = torch.tensor([p.top_k for p in params], device=device)
-            top_p = torch.tensor([float(p.top_p) for p in params], device=device)
-            logits = apply_top_k_top_p(logits, top_k, top_p)
+            logits = apply_top_k_top_p(logits, top_k.long(), top_p)
         probs = logits.softmax(dim=-1)
         # Exponential race: one draw for the whole batch from torch's generator, then
         # the seeded rows draw again from their own (so their tokens do not depend on
@@ -120,7 +128,6 @@ class Sampler(nn.Module):
         # argmax would pick; a floor keeps forbidden tokens at exactly 0.
         noise.clamp_(min=torch.finfo(noise.dtype).tiny)
         sampled = (probs / noise).argmax(dim=-1)
-        is_greedy = torch.tensor([p.greedy for p in params], device=device)
-        return torch.where(is_greedy, greedy_tokens, sampled)
+        return torch.where(is_greedy.bool(), greedy_tokens, sampled)
 
     # ANCHOR_END: sampling

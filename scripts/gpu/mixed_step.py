@@ -90,6 +90,8 @@ SETTINGS = {
     "default": {},
     "torch-only": {"custom_ops": "none"},
     "vllm-compile": {"compilation_mode": "vllm_compile"},
+    # vLLM's ladder continued by 16s to 1024, so that the 528-token step has a graph.
+    "ladder-1024": {"cudagraph_capture_sizes": [1, 2, 4, *range(8, 256, 8), *range(256, 1025, 16)]},
 }
 
 

@@ -37,7 +37,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from mini_vllm import LLM
+from mini_vllm import LLM, SamplingParams
 from mini_vllm._custom_ops import parse_custom_ops
 from mini_vllm.attention.paged import PagedAttentionBackend
 from mini_vllm.attention.selector import get_attn_backend
@@ -266,3 +266,46 @@ def test_bf16_default_graphs_equal_eager_at_ladder_sizes_up_to_512():
     assert graphs.engine.runner.cudagraph_mode is CUDAGraphMode.FULL_AND_PIECEWISE
     assert_bf16_tokens_agree(run_workload(graphs, workload), expected)
     assert_mixed_steps_ran_piecewise_up_to_512(graphs)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_async_step_launch_never_waits_for_the_gpu(temperature):
+    """Under async scheduling the host plans and launches step N+1 while the GPU runs
+    step N; one synchronising call in the launch (a pageable host-to-device copy, an
+    `.item()`) would make it wait for step N and undo the overlap. PyTorch's sync debug
+    mode turns any such call into an error; the launch of mixed and decode steps, with
+    sampling options that build device tensors (top-p, penalties, logit bias), must pass.
+    """
+    llm = LLM(
+        "tiny",
+        device="cuda",
+        dtype="bfloat16",
+        max_num_seqs=8,
+        max_model_len=128,
+        async_scheduling=True,
+    )
+    engine = llm.engine
+    runner = engine.runner
+    options = dict(temperature=temperature, max_tokens=12, ignore_eos=True)
+    for i in range(6):
+        extra = {"top_p": 0.9, "presence_penalty": 0.5, "logit_bias": {3: 1.0}} if i % 2 else {}
+        prompt = [3 + (5 * i + j) % 200 for j in range(10 + 7 * i)]
+        engine.add_request(prompt, SamplingParams(**options, **extra))
+    launch = runner.execute_model
+    launched = 0
+
+    def launch_without_sync(output, non_blocking=False):
+        nonlocal launched
+        assert non_blocking, "the async engine launches its steps non-blocking"
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            handle = launch(output, non_blocking=True)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        launched += 1
+        return handle
+
+    runner.execute_model = launch_without_sync
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert launched >= 12
