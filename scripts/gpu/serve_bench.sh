@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# Serving on a GPU, three ways side by side: the SmolLM2-135M shape (random weights: timing
-# does not depend on the values) served eager (--enforce-eager), with FULL_AND_PIECEWISE CUDA
-# graphs, and compiled (vllm_compile) with those graphs and async scheduling; each loaded by
-# `python -m mini_vllm bench serve` (its own server, then one run per request rate).
+# Serving on a GPU, side by side: the SmolLM2-135M shape (random weights: timing does not
+# depend on the values) served by `python -m mini_vllm bench serve` (its own server, then
+# one run per request rate) in each configuration asked for. The load is the serving
+# target's: 512 requests, prompts of 128 +- 64 tokens, 64 +- 32 new tokens (EOS ignored),
+# all at once ("inf", saturation) and at 16 requests/s (a Poisson process).
 #
 #     bash scripts/gpu/serve_bench.sh [OUT]      # default OUT: out/serve-bench
+#     SERVE_CONFIGS=eager,full_and_piecewise bash scripts/gpu/serve_bench.sh OUT
+#     PROMPTS=100 RATES=4,16,inf bash scripts/gpu/serve_bench.sh OUT
 #
-# Writes OUT/serve-<config>.{md,json,png,log} ('+' in a configuration's name becomes '_') and OUT/serve-cuda.md, the table of P50/P99
-# ITL, TTFT and throughput per configuration and rate, with the warm-up, capture time and
-# graph memory of the default capture ladder (max_num_seqs 16: sizes 1 to 32). About 6
-# minutes on an H100 (the compiled server warms up in about a minute); a configuration is
-# cut off after 190 s, and one that would start after 280 s is skipped: 8 minutes at most.
+# Configurations (SERVE_CONFIGS, comma-separated; default: full_and_piecewise and
+# full_and_piecewise+async): eager (--enforce-eager), full_and_piecewise (the default
+# engine: FULL_AND_PIECEWISE graphs), full_and_piecewise+async (with --async-scheduling),
+# compile+full_and_piecewise+async (also --compilation-mode vllm_compile). Each uses the
+# server's defaults for the GPU (max_num_seqs and max_num_batched_tokens as vLLM's).
+# Writes OUT/serve-<config>.{md,json,png,log} ('+' in a configuration's name becomes '_')
+# and OUT/serve-cuda.md, the table of P50/P99 ITL, TTFT and throughput per configuration
+# and rate. A configuration is cut off after 190 s, and one that would start after 280 s
+# is skipped: 8 minutes at most.
 #
 # The server needs fastapi and uvicorn. Where they are missing and no index can be reached,
 # the script installs them from a folder of wheels, $MINI_VLLM_WHEELS (default .whl), into
@@ -30,10 +37,12 @@ START=$SECONDS
 say() { echo "[serve_bench +$((SECONDS - START))s] $*"; }
 
 if [ "${MINI_VLLM_SERVE_BENCH_CPU:-0}" = 1 ]; then
-  MODEL=tiny DEVICE=cpu PROMPTS=12 RATES=20,inf IN_LEN=32 OUT_LEN=16 EXTRA="--cpu-threads 1"
+  MODEL=tiny DEVICE=cpu PROMPTS=${PROMPTS:-12} RATES=${RATES:-20,inf} IN_LEN=32 OUT_LEN=16
+  EXTRA="--cpu-threads 1"
   REPORT="$OUT/serve-cpu-check.md"
 else
-  MODEL=smollm2-135m DEVICE=cuda PROMPTS=100 RATES=4,16,inf IN_LEN=128 OUT_LEN=64 EXTRA=""
+  MODEL=smollm2-135m DEVICE=cuda PROMPTS=${PROMPTS:-512} RATES=${RATES:-16,inf} IN_LEN=128
+  OUT_LEN=64 EXTRA=""
   REPORT="$OUT/serve-cuda.md"
   if ! python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     echo "error: scripts/gpu/serve_bench.sh needs an NVIDIA GPU with CUDA" \
@@ -57,16 +66,27 @@ if ! python3 -c "$PACKAGES" 2>/dev/null; then
   python3 -c "$PACKAGES"
 fi
 
-CONFIGS=(
+ALL_CONFIGS=(
   "eager|--enforce-eager"
   "full_and_piecewise|--cudagraph-mode full_and_piecewise"
+  "full_and_piecewise+async|--cudagraph-mode full_and_piecewise --async-scheduling"
   "compile+full_and_piecewise+async|--cudagraph-mode full_and_piecewise --compilation-mode vllm_compile --async-scheduling"
 )
+WANTED=",${SERVE_CONFIGS:-full_and_piecewise,full_and_piecewise+async},"
+known=",$(printf '%s,' "${ALL_CONFIGS[@]%%|*}")"
+IFS=, read -ra asked <<< "${WANTED:1:-1}"
+for label in "${asked[@]}"; do
+  if [[ "$known" != *",$label,"* ]]; then
+    echo "error: SERVE_CONFIGS names $label; the configurations are ${known:1:-1}" >&2
+    exit 2
+  fi
+done
 status=0
 results=()
-for config in "${CONFIGS[@]}"; do
+for config in "${ALL_CONFIGS[@]}"; do
   label="${config%%|*}"
   flags="${config#*|}"
+  [[ "$WANTED" == *",$label,"* ]] || continue
   stem="serve-${label//+/_}"  # file names without '+'
   if [ $((SECONDS - START)) -gt 280 ]; then
     say "skipping $label: the 8-minute budget would not hold it"
@@ -93,7 +113,7 @@ done
 
 if [ ${#results[@]} -gt 0 ]; then
   python3 -m mini_vllm.bench.serve combine "${results[@]}" --output "$REPORT" \
-    --title "Serving on $DEVICE: eager vs CUDA graphs vs compiled + async ($MODEL)" \
+    --title "Serving on $DEVICE: $PROMPTS requests, ${IN_LEN} +- 50% in, ${OUT_LEN} +- 50% out ($MODEL)" \
     --command "bash scripts/gpu/serve_bench.sh" > /dev/null
   say "wrote $REPORT"
   sed -n '/^| configuration | rate/,/^$/p' "$REPORT"
