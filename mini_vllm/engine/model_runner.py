@@ -258,11 +258,12 @@ class ModelRunner:
         tables = host[self._tables_start :].reshape(cap, self.max_blocks_per_seq)
         for row, table in enumerate(inputs.block_tables):
             tables[row, : len(table)] = table
-        if inputs.placeholder_tokens:
-            self._fill_placeholders(inputs.placeholder_tokens, inputs.placeholder_seq_ids)
-        return self._ship(
+        metadata = self._ship(
             n, reqs, table_width, inputs.query_lens, inputs.seq_lens, inputs.uniform_decode
         )
+        if inputs.placeholder_tokens:  # after the copy, which would overwrite them
+            self._fill_placeholders(inputs.placeholder_tokens, inputs.placeholder_seq_ids)
+        return metadata
 
     # ANCHOR_END: copy_inputs
 
@@ -305,10 +306,6 @@ class ModelRunner:
             self._copy_done.synchronize()  # the previous step's copy has left the staging buffer
         written = write_step(step, num_padded_tokens, self._host_buffers, self.block_size)
         width = self._table_width(int(written.seq_lens.max(initial=1)), runtime_mode)
-        if written.placeholder_tokens.size:
-            rows = output.scheduled
-            seq_ids = [rows[row].seq_id for row in written.placeholder_rows.tolist()]
-            self._fill_placeholders(written.placeholder_tokens.tolist(), seq_ids)
         metadata = self._ship(
             written.num_tokens,
             written.num_reqs,
@@ -317,6 +314,13 @@ class ModelRunner:
             written.seq_lens,
             step.uniform_decode,
         )
+        if written.placeholder_tokens.size:
+            # After the copy of the staged inputs, whose input ids hold 0 in these places:
+            # on a GPU that copy would overwrite what the fill wrote (on the CPU the
+            # staging buffer is the input buffer and there is no copy).
+            rows = output.scheduled
+            seq_ids = [rows[row].seq_id for row in written.placeholder_rows.tolist()]
+            self._fill_placeholders(written.placeholder_tokens.tolist(), seq_ids)
         return written, metadata
 
     # ANCHOR_END: write_inputs

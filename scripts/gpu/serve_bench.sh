@@ -61,7 +61,7 @@ if ! python3 -c "$PACKAGES" 2>/dev/null; then
   fi
   say "installing fastapi and uvicorn from $WHEELS into $OUT/pkgs"
   python3 -m pip install -q --disable-pip-version-check --no-index --find-links "$WHEELS" \
-    --target "$OUT/pkgs" fastapi uvicorn
+    --no-deps --target "$OUT/pkgs" "$WHEELS"/*.whl
   export PYTHONPATH="$OUT/pkgs${PYTHONPATH:+:$PYTHONPATH}"
   python3 -c "$PACKAGES"
 fi

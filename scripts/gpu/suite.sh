@@ -18,7 +18,7 @@ python3 -m mini_vllm doctor > "$OUT/doctor.txt" || true  # informative: the weig
 # tests/engine/test_serve.py has no GPU test, and it imports the serving extra (openai, fastapi),
 # which a GPU machine set up for the engine alone may lack: leave it out there.
 ignore=()
-python3 -c "import openai, fastapi, uvicorn" 2>/dev/null || ignore=(--ignore=tests/engine/test_serve.py)
+python3 -c "import openai, fastapi, uvicorn" 2>/dev/null || ignore=(--ignore=tests/engine/test_serve.py --ignore=tests/engine/test_serve_hardening.py)
 python3 -m pytest -m gpu --require-gpu -p no:cacheprovider -q -rs "${ignore[@]}" tests labs --impl=ref \
   2>&1 | tee "$OUT/gpu-suite.log" | tail -5
 python3 scripts/gpu/run_notebook_cells.py notebooks/phase-05-cuda-graphs.ipynb \
