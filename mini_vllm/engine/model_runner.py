@@ -161,16 +161,7 @@ class ModelRunner:
             torch.zeros_like(self._ints, device="cpu", pin_memory=on_gpu) if on_gpu else self._ints
         )
         self._staging[2 * n : 3 * n].fill_(-1)  # slots past a step's tokens stay "write nowhere"
-        self._staging_np = self._staging.numpy()
-        host = self._staging_np
-        self._host_buffers = {  # the same memory, by name (mini_vllm/engine/input_batch.py)
-            "input_ids": host[:n],
-            "positions": host[n : 2 * n],
-            "slot_mapping": host[2 * n : 3 * n],
-            "seq_lens": host[3 * n : 4 * n],
-            "query_start_loc": host[4 * n : 5 * n + 1],
-            "block_tables": host[self._tables_start :].reshape(n, width),
-        }
+        self._view_staging()
         self._copy_done = torch.cuda.Event() if on_gpu else None
         # ANCHOR_END: persistent_buffers
 
@@ -232,6 +223,19 @@ class ModelRunner:
         # Benchmarks set this to time the forward alone (two device syncs a step).
         self.time_forward = False
 
+    def _view_staging(self) -> None:
+        """Name the parts of the staging buffer as numpy arrays (what write_step fills)."""
+        n, width = self.max_num_tokens, self.max_blocks_per_seq
+        host = self._staging_np = self._staging.numpy()
+        self._host_buffers = {  # the same memory, by name (mini_vllm/engine/input_batch.py)
+            "input_ids": host[:n],
+            "positions": host[n : 2 * n],
+            "slot_mapping": host[2 * n : 3 * n],
+            "seq_lens": host[3 * n : 4 * n],
+            "query_start_loc": host[4 * n : 5 * n + 1],
+            "block_tables": host[self._tables_start :].reshape(n, width),
+        }
+
     # -- per-step work ---------------------------------------------------------------
 
     def dispatch(
@@ -279,7 +283,8 @@ class ModelRunner:
             # array (each torch copy is microseconds of host time).
             end = self._tables_start + num_reqs * self.max_blocks_per_seq
             self._ints[:end].copy_(self._staging[:end], non_blocking=True)
-            self._copy_done.record()
+            if self._copy_done is not None:
+                self._copy_done.record()
         return PagedAttentionMetadata(
             slot_mapping=self.slot_mapping[:num_tokens],
             block_tables=self.block_tables[:num_reqs, :table_width],

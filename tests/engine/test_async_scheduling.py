@@ -62,6 +62,24 @@ def test_async_scheduling_gives_the_same_tokens(engine_kwargs):
         assert llm.stats.num_preemptions > 0
 
 
+def test_async_tokens_reach_the_model_when_inputs_are_staged_apart():
+    """On a GPU the runner writes a step's inputs into a host staging buffer and copies it
+    to the device buffer the model reads; the tokens still in flight (async scheduling)
+    are written into the device buffer by the device. Written before the copy, they
+    would be overwritten by the staged zeros, and every async step would feed token 0.
+    On the CPU the two buffers are one; this test gives the runner a staging buffer of
+    its own, as on a GPU, and async must still give the tokens of sync."""
+    engine_kwargs = dict(max_num_seqs=8, max_model_len=128)
+    sync, _ = run(False, VARIED, **engine_kwargs)
+    llm = LLM("tiny", async_scheduling=True, **engine_kwargs)
+    runner = llm.engine.runner
+    runner._staging = runner._ints.clone()
+    runner._view_staging()
+    assert runner._staging is not runner._ints
+    outputs = llm.generate(prompts(), VARIED, use_tqdm=False)
+    assert [(o.token_ids, o.finish_reason) for o in outputs] == sync
+
+
 def test_a_prompt_as_long_as_the_context_still_runs():
     # 128 tokens with max_model_len 128, prefilled in chunks of 32: it computes, samples
     # one token and stops on length, as with synchronous scheduling.
