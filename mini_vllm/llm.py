@@ -129,7 +129,7 @@ class LLM:
                     # its blocks), each with its own draw: a seeded one gets seed + index,
                     # as vLLM's parallel sampling does.
                     children.append(
-                        [self.engine.add_request(ids, child) for child in _children(sp)]
+                        [self.engine.add_request(ids, child) for child in sampling_children(sp)]
                     )
                 seqs = [seq for family in children for seq in family]
                 if progress is not None:
@@ -343,8 +343,8 @@ class LLM:
         )
 
 
-def _children(params: SamplingParams) -> list[SamplingParams]:
-    """The sampling of each of a request's `n` completions."""
+def sampling_children(params: SamplingParams) -> list[SamplingParams]:
+    """The sampling of each of a request's `n` completions (the server's choices too)."""
     if params.n == 1:
         return [params]
     return [

@@ -55,6 +55,9 @@ class RequestOutputDelta:
     finish_reason: str | None = None  # set on the request's last delta only
     error: str | None = None  # finish_reason "error": what went wrong
     status_code: int = 200  # finish_reason "error": the HTTP status it calls for
+    # With SamplingParams.logprobs: one entry a new token, (token, logprob, rank,
+    # [(alternative id, logprob), ...]) as `Sequence.token_logprobs` holds it.
+    logprobs: list[tuple] | None = None
 
 
 @dataclass
@@ -75,6 +78,13 @@ def _put_all(items: list[tuple[asyncio.Queue, RequestOutputDelta]]) -> None:
 
 @dataclass
 class _Abort:
+    request_id: str
+
+
+@dataclass
+class _Finish:
+    """End a request as finished ("stop"): its handler saw a stop string in its text."""
+
     request_id: str
 
 
@@ -186,8 +196,11 @@ class AsyncLLM:
                 while delta.finish_reason is None and not deltas.empty():
                     later = deltas.get_nowait()
                     tokens = delta.new_token_ids + later.new_token_ids
+                    logprobs = None
+                    if delta.logprobs is not None or later.logprobs is not None:
+                        logprobs = (delta.logprobs or []) + (later.logprobs or [])
                     delta = RequestOutputDelta(
-                        tokens, later.finish_reason, later.error, later.status_code
+                        tokens, later.finish_reason, later.error, later.status_code, logprobs
                     )
                 finished = delta.finish_reason is not None
                 yield delta
@@ -200,6 +213,12 @@ class AsyncLLM:
     def abort(self, request_id: str) -> None:
         """End the request and free its blocks (at the next turn of the engine loop)."""
         self._commands.put(_Abort(request_id))
+
+    def finish(self, request_id: str) -> None:
+        """End the request as finished normally ("stop"), at the next turn of the engine
+        loop: its handler found a stop string in the text, which only the handler decodes
+        (vLLM's output processor stops a request in the engine core the same way)."""
+        self._commands.put(_Finish(request_id))
 
     # -- the engine thread ---------------------------------------------------------------
 
@@ -270,6 +289,13 @@ class AsyncLLM:
                 return False
             if isinstance(command, _Add):
                 self._add(engine, command)
+            elif isinstance(command, _Finish):
+                live = self._live.get(command.request_id)
+                if live is not None and not live.seq.is_finished:
+                    engine.stop_request(live.seq.seq_id)
+                    # Its last delta goes out now: with no other request the engine may not
+                    # step again, and nothing else would hand it out.
+                    self._hand_out_tokens(time.monotonic())
             else:
                 self._abort(engine, command.request_id)
             try:
@@ -343,6 +369,9 @@ class AsyncLLM:
             new = seq.tokens(start, seq.num_prompt_tokens + ready) if ready > live.num_sent else []
             if not new and not seq.is_finished:
                 continue
+            logprobs = None
+            if seq.sampling_params.logprobs is not None:
+                logprobs = [seq.token_logprobs.get(live.num_sent + i) for i in range(len(new))]
             if new and self.metrics is not None:
                 first = live.last_token_time is None
                 gap = now - (live.add.arrival if first else live.last_token_time)
@@ -351,14 +380,14 @@ class AsyncLLM:
                 live.num_sent += len(new)
                 live.last_token_time = now
             if not seq.is_finished:
-                self._send(live.add, RequestOutputDelta(new))
+                self._send(live.add, RequestOutputDelta(new, logprobs=logprobs))
                 continue
             del self._live[request_id]
             reason = seq.finish_reason.value
             if reason == "error":  # a request the engine can never serve (the handlers check)
                 self._send(live.add, RequestOutputDelta(new, "error", seq.error, 400))
             else:
-                self._send(live.add, RequestOutputDelta(new, reason))
+                self._send(live.add, RequestOutputDelta(new, reason, logprobs=logprobs))
             if self.metrics is not None:
                 self.metrics.on_finished(reason, now - live.add.arrival)
 

@@ -10,11 +10,15 @@ they asked for:
 
 - The fields the server honours are declared below with their types. A value of the wrong type
   is refused with a 400 naming the field (vLLM's status for a schema error).
-- Fields of OpenAI's or vLLM's API that mini_vllm does not serve yet (`n` > 1, `stop`,
-  `logprobs`, the penalties, `min_p`, `min_tokens`, tools, ...: `NOT_YET` below) are accepted
-  only at the value that asks for nothing, which is what clients send when the user left them
-  alone (`"n": 1`, `"presence_penalty": 0`, `"stop": null`); any other value is refused with
-  a 400 that names the field and says it is not supported yet.
+- The sampling options of vLLM's API are served: `n`, `stop`, `stop_token_ids`,
+  `include_stop_str_in_output`, `min_tokens`, the presence, frequency and repetition
+  penalties, `min_p`, `logit_bias` (token ids as strings, OpenAI's form), and `logprobs`
+  (completions: how many alternatives; chat: `logprobs` and `top_logprobs`).
+- Fields of OpenAI's or vLLM's API that mini_vllm does not serve yet (`best_of`, `echo`,
+  `prompt_logprobs`, tools, ...: `NOT_YET` below) are accepted only at the value that asks
+  for nothing, which is what clients send when the user left them alone (`"best_of": 1`,
+  `"echo": false`); any other value is refused with a 400 that names the field and says it
+  is not supported yet.
 - Any other field is refused as unknown, by name: a typo (`"max_token"`) would otherwise run
   with the default. vLLM only logs a warning for an unknown field; OpenAI's own API refuses it.
 - `user` and `metadata` are accepted and change nothing, as in vLLM.
@@ -41,7 +45,11 @@ __all__ = [
     "ChatCompletionRequest",
     "ChatCompletionResponse",
     "ChatCompletionStreamResponse",
+    "ChatLogProb",
+    "ChatLogProbs",
+    "ChatLogProbsContent",
     "ChatMessage",
+    "CompletionLogProbs",
     "CompletionRequest",
     "CompletionResponse",
     "CompletionStreamResponse",
@@ -107,19 +115,8 @@ class ErrorResponse(BaseModel):
 # that ask for nothing. The engine's SamplingParams may have some of these options already:
 # until the server passes one on (and shapes its answer, for logprobs), it is refused here.
 NOT_YET: dict[str, tuple[object, ...]] = {
-    "n": (None, 1),
     "best_of": (None, 1),
-    "stop": (None, [], ""),
-    "stop_token_ids": (None, []),
-    "include_stop_str_in_output": (None, False),
-    "logprobs": (None, False),
     "prompt_logprobs": (None,),
-    "presence_penalty": (None, 0),
-    "frequency_penalty": (None, 0),
-    "repetition_penalty": (None, 1),
-    "min_p": (None, 0),
-    "min_tokens": (None, 0),
-    "logit_bias": (None, {}),
     "allowed_token_ids": (None,),
     "bad_words": (None, []),
     "use_beam_search": (None, False),
@@ -146,7 +143,6 @@ NOT_YET: dict[str, tuple[object, ...]] = {
 }
 _NOT_YET_COMPLETION = NOT_YET | {"suffix": (None, ""), "add_special_tokens": (None, True)}
 _NOT_YET_CHAT = NOT_YET | {
-    "top_logprobs": (None, 0),
     "tools": (None, []),
     "tool_choice": (None, "none"),
     "functions": (None, []),
@@ -205,6 +201,18 @@ class _SamplingRequest(OpenAIBaseModel):
     return_token_ids: bool | None = False  # vLLM's extension: the generated ids in each choice
     user: str | None = None  # OpenAI's end-user id; nothing here reads it (nor in vLLM)
     metadata: dict[str, Any] | None = None  # OpenAI's tags for stored completions; idem
+    # The sampling options of vLLM's SamplingParams (None: the engine's default). Checked by
+    # SamplingParams itself, whose message names the field.
+    n: int | None = None  # choices a prompt, each drawn on its own
+    stop: str | Annotated[list[str], _FailFast] | None = None
+    stop_token_ids: _Ids | None = None
+    include_stop_str_in_output: bool | None = None
+    min_tokens: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    min_p: float | None = None
+    logit_bias: dict[str, float] | None = None  # token id (a string, as JSON keys are) -> bias
 
     @model_validator(mode="after")
     def _refuse_unknown_fields_and_conflicts(self) -> Any:
@@ -250,6 +258,9 @@ class CompletionRequest(_SamplingRequest):
     # text, token ids, or a batch of either (one choice per prompt)
     prompt: str | _Ids | Annotated[list[str], _FailFast] | Annotated[list[_Ids], _FailFast]
     max_tokens: int | None = 16  # OpenAI's and vLLM's default for completions
+    # The log-probability of each generated token and of this many most likely
+    # alternatives (OpenAI allows up to 5; vLLM, and here, up to 20).
+    logprobs: int | None = None
 
 
 class TextPart(OpenAIBaseModel):
@@ -272,12 +283,13 @@ class ChatCompletionRequest(_SamplingRequest):
     # has room for (vLLM's default).
     max_completion_tokens: int | None = None
     parallel_tool_calls: bool | None = None  # no tools are served, so it changes nothing
+    logprobs: bool | None = False  # each generated token's log-probability
+    top_logprobs: int | None = None  # and this many most likely alternatives (0 to 20)
 
     @model_validator(mode="after")
     def _refuse_top_logprobs_without_logprobs(self) -> Any:
-        extra = self.model_extra or {}
-        top = extra.get("top_logprobs")
-        if top is not None and not _asks_for_nothing(top, (0,)) and not extra.get("logprobs"):
+        top = self.top_logprobs
+        if top is not None and top != 0 and not self.logprobs:
             raise RequestFieldError(
                 'top_logprobs needs "logprobs": true (vLLM\'s rule too): add it, or leave '
                 "top_logprobs out",
@@ -299,11 +311,22 @@ def _now() -> int:
     return int(time.time())
 
 
+class CompletionLogProbs(BaseModel):
+    """OpenAI's legacy completions form: one entry a token in each list."""
+
+    text_offset: list[int] = Field(default_factory=list)  # where the token starts in the text
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    tokens: list[str] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogProbs | None = None
     finish_reason: str | None = None  # "stop" | "length" | "abort"; None while streaming
+    # vLLM's: what ended a "stop", the stop string or the stop token's id (None: EOS)
+    stop_reason: str | int | None = None
     token_ids: list[int] | None = None  # with return_token_ids
 
 
@@ -330,11 +353,26 @@ class AssistantMessage(BaseModel):
     content: str
 
 
+class ChatLogProb(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None  # the token's text as UTF-8
+
+
+class ChatLogProbsContent(ChatLogProb):
+    top_logprobs: list[ChatLogProb] = Field(default_factory=list)
+
+
+class ChatLogProbs(BaseModel):
+    content: list[ChatLogProbsContent] | None = None
+
+
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: ChatLogProbs | None = None
     finish_reason: str | None = None
+    stop_reason: str | int | None = None
     token_ids: list[int] | None = None
 
 
@@ -355,8 +393,9 @@ class DeltaMessage(BaseModel):
 class ChatStreamChoice(BaseModel):
     index: int
     delta: DeltaMessage
-    logprobs: None = None
+    logprobs: ChatLogProbs | None = None
     finish_reason: str | None = None
+    stop_reason: str | int | None = None
     token_ids: list[int] | None = None
 
 

@@ -29,6 +29,9 @@ from mini_vllm.entrypoints.openai.protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
     ChatCompletionStreamResponse,
+    ChatLogProb,
+    ChatLogProbs,
+    ChatLogProbsContent,
     ChatStreamChoice,
     DeltaMessage,
 )
@@ -39,8 +42,10 @@ from mini_vllm.entrypoints.openai.serving_engine import (
     check_unicode,
     dump,
     sse,
+    token_text,
 )
 from mini_vllm.errors import UserError
+from mini_vllm.sampling_params import MAX_LOGPROBS
 from mini_vllm.tokenizer import render_chat_template
 
 __all__ = ["OpenAIServingChat", "load_chat_template"]
@@ -85,6 +90,18 @@ class OpenAIServingChat(OpenAIServing):
         params = self.sampling_params(request, len(ids), max_tokens, param)
         return await self.respond(request, raw_request, "chatcmpl", [ids], [params])
 
+    def requested_logprobs(self, request: ChatCompletionRequest) -> int | None:
+        if not request.logprobs:
+            return None
+        top = request.top_logprobs or 0
+        if not 0 <= top <= MAX_LOGPROBS:
+            raise ServingError(
+                f"top_logprobs must be an integer from 0 to {MAX_LOGPROBS}, got {top}",
+                400,
+                "top_logprobs",
+            )
+        return top
+
     def whole_response(self, request, request_id, choices) -> ChatCompletionResponse:
         return ChatCompletionResponse(
             id=request_id,
@@ -93,13 +110,37 @@ class OpenAIServingChat(OpenAIServing):
                 ChatChoice(
                     index=c.index,
                     message=AssistantMessage(content=c.text),
+                    logprobs=self._logprobs(request, c.token_ids, c.logprobs),
                     finish_reason=c.finish_reason,
+                    stop_reason=c.stop_reason,
                     token_ids=c.token_ids if request.return_token_ids else None,
                 )
                 for c in choices
             ],
             usage=self.usage(choices),
         )
+
+    def _logprobs(
+        self, request: ChatCompletionRequest, token_ids: list[int], entries: list
+    ) -> ChatLogProbs | None:
+        """OpenAI's chat logprobs: each token, its log-probability and its UTF-8 bytes, with
+        its `top_logprobs` most likely alternatives."""
+        if not request.logprobs:
+            return None
+        tokenizer = self.llm.tokenizer
+
+        def entry_of(token: int, logprob: float) -> ChatLogProb:
+            text = token_text(tokenizer, token)
+            return ChatLogProb(token=text, logprob=logprob, bytes=list(text.encode("utf-8")))
+
+        content = []
+        for token, entry in zip(token_ids, entries):
+            if entry is None:
+                continue
+            first = entry_of(token, entry[1])
+            top = [entry_of(t, lp) for t, lp in entry[3][: request.top_logprobs or 0]]
+            content.append(ChatLogProbsContent(**first.model_dump(), top_logprobs=top))
+        return ChatLogProbs(content=content)
 
     def _prompt_ids(self, request: ChatCompletionRequest) -> list[int]:
         """The conversation as checked prompt token ids. Runs in a worker thread."""
@@ -158,18 +199,28 @@ class OpenAIServingChat(OpenAIServing):
             )
             return sse(dump(response))
 
-        yield chunk(ChatStreamChoice(index=0, delta=DeltaMessage(role="assistant", content="")))
+        for choice in choices:  # each choice's first chunk names the role
+            yield chunk(
+                ChatStreamChoice(
+                    index=choice.index, delta=DeltaMessage(role="assistant", content="")
+                )
+            )
         async with contextlib.aclosing(deltas):
             async for index, delta in deltas:
                 if delta.finish_reason == "error":
                     yield self.stream_error(delta)
                     return
-                text = choices[index].push(delta)
+                choice = choices[index]
+                text = self.take(request_id, choice, delta)
+                if text is None:  # ended by a stop string already
+                    continue
                 yield chunk(
                     ChatStreamChoice(
                         index=index,
                         delta=DeltaMessage(content=text),
-                        finish_reason=delta.finish_reason,
+                        logprobs=self._logprobs(request, delta.new_token_ids, delta.logprobs or []),
+                        finish_reason=choice.finish_reason,
+                        stop_reason=choice.stop_reason,
                         token_ids=delta.new_token_ids if request.return_token_ids else None,
                     )
                 )

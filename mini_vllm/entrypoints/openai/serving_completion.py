@@ -3,8 +3,10 @@
 vLLM counterpart: vllm/entrypoints/openai/completion/serving.py (`OpenAIServingCompletion`:
 `create_completion`, `completion_stream_generator`, `request_output_to_completion_response`).
 
-A prompt is a string, a list of token ids, or a batch of either: each prompt of a batch is one
-engine request and one choice (`index` = its place in the batch). With `"stream": true` the
+A prompt is a string, a list of token ids, or a batch of either: each prompt of a batch is `n`
+engine requests and `n` choices (`index` = i * n + j for the j-th of prompt i, OpenAI's
+numbering). With `logprobs` each choice carries OpenAI's legacy logprobs object (tokens,
+their log-probabilities, the most likely alternatives, text offsets). With `"stream": true` the
 answer is server-sent events, one chunk per step that gave the choice tokens, the last one
 with its `finish_reason`; then, with `stream_options.include_usage`, a chunk with no choices
 and the usage; then `data: [DONE]`.
@@ -22,6 +24,7 @@ from fastapi.responses import Response
 from mini_vllm.entrypoints.async_llm import RequestOutputDelta
 from mini_vllm.entrypoints.openai.protocol import (
     CompletionChoice,
+    CompletionLogProbs,
     CompletionRequest,
     CompletionResponse,
     CompletionStreamResponse,
@@ -32,6 +35,7 @@ from mini_vllm.entrypoints.openai.serving_engine import (
     ServingError,
     dump,
     sse,
+    token_text,
 )
 
 __all__ = ["OpenAIServingCompletion"]
@@ -45,6 +49,9 @@ class OpenAIServingCompletion(OpenAIServing):
         params = [self.sampling_params(request, len(ids), request.max_tokens) for ids in prompts]
         return await self.respond(request, raw_request, "cmpl", prompts, params)
 
+    def requested_logprobs(self, request: CompletionRequest) -> int | None:
+        return request.logprobs
+
     def whole_response(self, request, request_id, choices) -> CompletionResponse:
         return CompletionResponse(
             id=request_id,
@@ -53,13 +60,42 @@ class OpenAIServingCompletion(OpenAIServing):
                 CompletionChoice(
                     index=c.index,
                     text=c.text,
+                    logprobs=self._logprobs(request, c.token_ids, c.logprobs, 0),
                     finish_reason=c.finish_reason,
+                    stop_reason=c.stop_reason,
                     token_ids=c.token_ids if request.return_token_ids else None,
                 )
                 for c in choices
             ],
             usage=self.usage(choices),
         )
+
+    def _logprobs(
+        self, request: CompletionRequest, token_ids: list[int], entries: list, offset: int
+    ) -> CompletionLogProbs | None:
+        """OpenAI's completions logprobs for these tokens; `offset`: where the first one's text
+        starts in the choice's text. Each token's top_logprobs holds the token itself beside
+        its `logprobs` most likely alternatives, as vLLM's."""
+        if request.logprobs is None:
+            return None
+        tokenizer = self.llm.tokenizer
+        out = CompletionLogProbs()
+        for token, entry in zip(token_ids, entries):
+            text = token_text(tokenizer, token)
+            logprob = None if entry is None else entry[1]
+            top: dict[str, float] = {}
+            # Most likely first: of two tokens that decode alike (pieces of one character)
+            # the key keeps the likelier one's log-probability.
+            for alternative, value in [] if entry is None else entry[3]:
+                top.setdefault(token_text(tokenizer, alternative), value)
+            if logprob is not None:
+                top.setdefault(text, logprob)
+            out.tokens.append(text)
+            out.token_logprobs.append(logprob)
+            out.top_logprobs.append(top)
+            out.text_offset.append(offset)
+            offset += len(text)
+        return out
 
     def _prompt_ids(self, prompt: str | list) -> list[list[int]]:
         """Every prompt of the request as checked token ids (text is encoded as `LLM.generate`
@@ -86,12 +122,21 @@ class OpenAIServingCompletion(OpenAIServing):
         choices: list[ChoiceState],
         deltas: AsyncIterator[tuple[int, RequestOutputDelta]],
     ) -> AsyncIterator[str]:
+        offsets = [0] * len(choices)  # where each choice's next token text starts
         async with contextlib.aclosing(deltas):
             async for index, delta in deltas:
                 if delta.finish_reason == "error":
                     yield self.stream_error(delta)
                     return
-                text = choices[index].push(delta)
+                choice = choices[index]
+                text = self.take(request_id, choice, delta)
+                if text is None:  # ended by a stop string already
+                    continue
+                logprobs = self._logprobs(
+                    request, delta.new_token_ids, delta.logprobs or [], offsets[index]
+                )
+                if logprobs is not None:
+                    offsets[index] += sum(len(t) for t in logprobs.tokens)
                 chunk = CompletionStreamResponse(
                     id=request_id,
                     model=self.served_model_name,
@@ -99,7 +144,9 @@ class OpenAIServingCompletion(OpenAIServing):
                         CompletionChoice(
                             index=index,
                             text=text,
-                            finish_reason=delta.finish_reason,
+                            logprobs=logprobs,
+                            finish_reason=choice.finish_reason,
+                            stop_reason=choice.stop_reason,
                             token_ids=delta.new_token_ids if request.return_token_ids else None,
                         )
                     ],

@@ -44,12 +44,14 @@ from mini_vllm.entrypoints.openai.protocol import (
     random_id,
 )
 from mini_vllm.errors import UserError
+from mini_vllm.llm import sampling_children
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.tokenizer import IncrementalDetokenizer
 
 __all__ = [
     "ERROR_TYPES",
     "ChoiceState",
+    "token_text",
     "OpenAIServing",
     "ServingError",
     "error_body",
@@ -57,6 +59,22 @@ __all__ = [
     "run_until_disconnected",
     "sse",
 ]
+
+# Request fields passed to SamplingParams under the same name when set.
+SAMPLING_FIELDS = (
+    "top_p",
+    "top_k",
+    "seed",
+    "n",
+    "stop",
+    "stop_token_ids",
+    "include_stop_str_in_output",
+    "min_tokens",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "min_p",
+)
 
 ERROR_TYPES = {
     400: "BadRequestError",
@@ -133,24 +151,85 @@ def dump(model: Any) -> dict[str, Any]:
 
 @dataclass
 class ChoiceState:
-    """One choice (one engine request) on its way: its tokens, its text, how it ended."""
+    """One choice (one engine request) on its way: its tokens, its text, how it ended.
+
+    Stop strings are looked for here, in the text as it is decoded, as vLLM's detokenizer
+    does (`check_stop_strings`, vllm/v1/engine/detokenizer.py): the text is cut where one
+    appears (after it with `include_stop_str_in_output`) and the choice ends with "stop".
+    While the choice goes on, the last characters that could be the start of a stop string
+    are held back, so that a streamed answer never sends text it would have to take back.
+    """
 
     index: int
     prompt_token_ids: list[int]
     detokenizer: IncrementalDetokenizer
+    params: SamplingParams = field(default_factory=SamplingParams)
+    eos_token_ids: tuple[int, ...] = ()
     token_ids: list[int] = field(default_factory=list)
-    text: str = ""
+    logprobs: list[tuple | None] = field(default_factory=list)  # one entry a token
+    text: str = ""  # decoded so far, cut at a stop string once one is found
     finish_reason: str | None = None
+    # What ended a "stop": the stop string, or the stop token's id (None: EOS), as vLLM's.
+    stop_reason: str | int | None = None
+    sent: int = 0  # characters of `text` that push() has returned
 
+    @property
+    def stop(self) -> tuple[str, ...]:
+        return self.params.stop
+
+    @property
+    def holdback(self) -> int:
+        """Characters kept back while the choice goes on: a stop string's start may be there."""
+        if not self.stop or self.params.include_stop_str_in_output:
+            return 0  # an unfinished stop string would be sent anyway with include_stop_str
+        return max(len(stop) for stop in self.stop) - 1
+
+    # ANCHOR: choice_push
     def push(self, delta: RequestOutputDelta) -> str:
-        """Take a delta in; return the text it adds (all of it at the end)."""
-        text = "".join(self.detokenizer.push(t) for t in delta.new_token_ids)
+        """Take a delta in; return the text it lets go out (all that is left at the end).
+        A choice that a stop string ended takes nothing more."""
+        if self.finish_reason is not None:
+            return ""
+        decoded = "".join(self.detokenizer.push(t) for t in delta.new_token_ids)
         self.token_ids += delta.new_token_ids
+        if delta.logprobs is not None:
+            self.logprobs += delta.logprobs
         if delta.finish_reason is not None:
-            text += self.detokenizer.flush()
+            decoded += self.detokenizer.flush()
+        before = len(self.text)
+        self.text += decoded
+        if self.stop:
+            self._cut_at_stop_string(before)
+        if self.finish_reason is None:
             self.finish_reason = delta.finish_reason
-        self.text += text
-        return text
+            last = self.token_ids[-1] if self.token_ids else None
+            if delta.finish_reason == "stop" and last in self.params.stop_token_ids:
+                if self.params.ignore_eos or last not in self.eos_token_ids:
+                    self.stop_reason = last  # a stop token, not EOS (which has none)
+        end = len(self.text)
+        if self.finish_reason is None:
+            end = max(self.sent, end - self.holdback)
+        out, self.sent = self.text[self.sent : end], end
+        return out
+
+    def _cut_at_stop_string(self, before: int) -> None:
+        # Only the new text, and the characters before it a stop string could begin in.
+        window = max(0, before - max(len(stop) for stop in self.stop) + 1)
+        found = [(self.text.find(stop, window), stop) for stop in self.stop]
+        found = [(at, stop) for at, stop in found if at >= 0]
+        if not found:
+            return
+        at, stop = min(found)
+        keep = self.params.include_stop_str_in_output
+        self.text = self.text[: at + len(stop) if keep else at]
+        self.finish_reason, self.stop_reason = "stop", stop
+
+    # ANCHOR_END: choice_push
+
+
+def token_text(tokenizer: Any, token_id: int) -> str:
+    """One token as text, for logprobs (a piece of a multi-byte character shows as U+FFFD)."""
+    return tokenizer.decode([token_id], skip_special_tokens=False)
 
 
 async def merge_async_iterators(
@@ -356,9 +435,14 @@ class OpenAIServing:
                 )
         options = dict(max_tokens=max_tokens, ignore_eos=request.ignore_eos)
         options["temperature"] = 1.0 if request.temperature is None else request.temperature
-        for name in ("top_p", "top_k", "seed"):
+        for name in SAMPLING_FIELDS:
             if getattr(request, name) is not None:
                 options[name] = getattr(request, name)
+        if request.logit_bias is not None:
+            options["logit_bias"] = self._logit_bias(request.logit_bias)
+        logprobs = self.requested_logprobs(request)
+        if logprobs is not None:
+            options["logprobs"] = logprobs
         try:
             params = SamplingParams(**options)
         except UserError as exc:
@@ -376,19 +460,50 @@ class OpenAIServing:
             )
         return params
 
+    def requested_logprobs(self, request: Any) -> int | None:
+        """SamplingParams.logprobs for the request (None: no log-probabilities)."""
+        return None  # each endpoint has its own fields for them
+
+    def _logit_bias(self, bias: dict[str, float]) -> dict[int, float]:
+        """OpenAI's logit_bias (token ids as strings, biases in [-100, 100]) as the engine's."""
+        vocab = self.llm.engine.model.config.vocab_size
+        out = {}
+        for key, value in bias.items():
+            if not (key.isdigit() and int(key) < vocab):
+                raise ServingError(
+                    f"logit_bias has the key {clip(key)}: each key must be a token id of this "
+                    f"model, an integer from 0 to {vocab - 1} written as a string",
+                    400,
+                    "logit_bias",
+                )
+            if not -100 <= value <= 100:
+                raise ServingError(
+                    f"logit_bias[{clip(key)}] is {value}: a bias must be in [-100, 100] "
+                    "(OpenAI's range)",
+                    400,
+                    "logit_bias",
+                )
+            out[int(key)] = value
+        return out
+
     def start(
         self, request_id: str, prompts: list[list[int]], params: list[SamplingParams]
     ) -> tuple[list[ChoiceState], AsyncIterator[tuple[int, RequestOutputDelta]]]:
-        """Send every prompt to the engine; the choices to fill, and the deltas as they come."""
+        """Send every prompt to the engine, `n` requests each (choice i * n + j is the j-th
+        of prompt i, as OpenAI numbers them; a seeded one gets seed + j, as `LLM.generate`
+        and vLLM's parallel sampling); the choices to fill, and the deltas as they come."""
         arrival = time.monotonic()
         tokenizer = self.llm.tokenizer
-        choices = [
-            ChoiceState(i, ids, IncrementalDetokenizer(tokenizer)) for i, ids in enumerate(prompts)
-        ]
-        streams = [
-            self.async_llm.generate(f"{request_id}-{i}", ids, sp, arrival)
-            for i, (ids, sp) in enumerate(zip(prompts, params))
-        ]
+        eos = tuple(self.llm.engine.scheduler.eos_token_ids)
+        choices, streams = [], []
+        for ids, sp in zip(prompts, params):
+            for child in sampling_children(sp):
+                index = len(choices)
+                detokenizer = IncrementalDetokenizer(tokenizer)
+                choices.append(ChoiceState(index, ids, detokenizer, child, eos))
+                streams.append(
+                    self.async_llm.generate(f"{request_id}-{index}", ids, child, arrival)
+                )
         return choices, merge_async_iterators(streams)
 
     async def respond(
@@ -407,7 +522,7 @@ class OpenAIServing:
         if request.stream:
             events = self.stream_events(request, request_id, choices, deltas)
             return StreamingResponse(events, media_type="text/event-stream")
-        if not await self.collect_while_connected(choices, deltas, raw_request):
+        if not await self.collect_while_connected(request_id, choices, deltas, raw_request):
             return Response(status_code=499)  # the client is gone; nobody reads this
         return JSONResponse(dump(self.whole_response(request, request_id, choices)))
 
@@ -427,26 +542,42 @@ class OpenAIServing:
             prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
         )
 
+    def take(self, request_id: str, choice: ChoiceState, delta: RequestOutputDelta) -> str | None:
+        """`choice.push(delta)`; None when the choice had already ended (a stop string in its
+        text ended it before the engine did). When this delta's text reached a stop string,
+        the engine is told to end the request."""
+        if choice.finish_reason is not None:
+            return None
+        text = choice.push(delta)
+        if choice.stop_reason is not None and delta.finish_reason is None:
+            self.async_llm.finish(f"{request_id}-{choice.index}")
+        return text
+
     async def collect(
-        self, choices: list[ChoiceState], deltas: AsyncIterator[tuple[int, RequestOutputDelta]]
+        self,
+        request_id: str,
+        choices: list[ChoiceState],
+        deltas: AsyncIterator[tuple[int, RequestOutputDelta]],
     ) -> ServingError | None:
         """Run every choice to its end; the first error, if one ended with an error."""
         async with contextlib.aclosing(deltas):
             async for index, delta in deltas:
                 if delta.finish_reason == "error":
                     return ServingError(delta.error or "the request failed", delta.status_code)
-                choices[index].push(delta)
+                self.take(request_id, choices[index], delta)
         return None
 
     async def collect_while_connected(
         self,
+        request_id: str,
         choices: list[ChoiceState],
         deltas: AsyncIterator[tuple[int, RequestOutputDelta]],
         raw_request: Request,
     ) -> bool:
         """`collect`, cancelled if the client goes away first: False then. A request that
         ended with an error raises it (the handler turns it into an error response)."""
-        finished, error = await run_until_disconnected(self.collect(choices, deltas), raw_request)
+        work = self.collect(request_id, choices, deltas)
+        finished, error = await run_until_disconnected(work, raw_request)
         if finished and error is not None:
             raise error
         return finished
