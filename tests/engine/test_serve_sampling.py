@@ -69,7 +69,7 @@ def completion(client, stream=False, **options):
     for chunk in result:
         for c in chunk.choices:
             pieces.setdefault(c.index, []).append(c.text)
-            ids.setdefault(c.index, []).extend(c.token_ids or [])
+            ids.setdefault(c.index, []).extend(getattr(c, "token_ids", None) or [])
             if c.finish_reason is not None:
                 assert c.index not in ends, "a choice finished twice"
                 ends[c.index] = (c.finish_reason, getattr(c, "stop_reason", None))
@@ -256,3 +256,14 @@ def test_chat_logprobs_have_openais_shape(server, offline, stream):
         assert entry.bytes == list(entry.token.encode("utf-8"))
         assert len(entry.top_logprobs) == 2
         assert entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_echo_puts_the_prompt_before_the_answer(server, offline, stream):
+    srv, _ = server
+    got, pieces = completion(client_for(srv), stream, temperature=0, max_tokens=6, echo=True)
+    ((_, text, ids, reason, _),) = got
+    (want,) = offline_outputs(offline, PROMPT, temperature=0, max_tokens=6)
+    assert (text, ids, reason) == (PROMPT + want.text, want.token_ids, want.finish_reason)
+    if stream:
+        assert pieces[0][0] == PROMPT  # the first chunk is the prompt, alone

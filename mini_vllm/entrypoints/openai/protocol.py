@@ -14,11 +14,13 @@ they asked for:
   `include_stop_str_in_output`, `min_tokens`, the presence, frequency and repetition
   penalties, `min_p`, `logit_bias` (token ids as strings, OpenAI's form), and `logprobs`
   (completions: how many alternatives; chat: `logprobs` and `top_logprobs`).
-- Fields of OpenAI's or vLLM's API that mini_vllm does not serve yet (`best_of`, `echo`,
-  `prompt_logprobs`, tools, ...: `NOT_YET` below) are accepted only at the value that asks
-  for nothing, which is what clients send when the user left them alone (`"best_of": 1`,
-  `"echo": false`); any other value is refused with a 400 that names the field and says it
-  is not supported yet.
+- Fields of OpenAI's or vLLM's API that mini_vllm does not serve yet (`best_of`,
+  `prompt_logprobs`, `echo` in chat, tools, ...: `NOT_YET` below) are accepted only at the
+  value that asks for nothing, which is what clients send when the user left them alone
+  (`"best_of": 1`, `"echo": false`); any other value is refused with a 400 that names the
+  field and says it is not supported yet. (vLLM's V1 engine has dropped `best_of` too.)
+- One request may ask for at most 128 choices a prompt (`n`, OpenAI's bound) and 1024 in
+  all (prompts times `n`).
 - Any other field is refused as unknown, by name: a typo (`"max_token"`) would otherwise run
   with the default. vLLM only logs a warning for an unknown field; OpenAI's own API refuses it.
 - `user` and `metadata` are accepted and change nothing, as in vLLM.
@@ -141,7 +143,11 @@ NOT_YET: dict[str, tuple[object, ...]] = {
     "store": (None, False),
     "service_tier": (None, "auto", "default"),
 }
-_NOT_YET_COMPLETION = NOT_YET | {"suffix": (None, ""), "add_special_tokens": (None, True)}
+# Completions serve echo (the prompt's text before the answer).
+_NOT_YET_COMPLETION = {name: v for name, v in NOT_YET.items() if name != "echo"} | {
+    "suffix": (None, ""),
+    "add_special_tokens": (None, True),
+}
 _NOT_YET_CHAT = NOT_YET | {
     "tools": (None, []),
     "tool_choice": (None, "none"),
@@ -261,6 +267,15 @@ class CompletionRequest(_SamplingRequest):
     # The log-probability of each generated token and of this many most likely
     # alternatives (OpenAI allows up to 5; vLLM, and here, up to 20).
     logprobs: int | None = None
+    echo: bool | None = False  # the prompt's text first, then the completion
+
+    @property
+    def num_prompts(self) -> int:
+        """Prompts in the request (a batch is a list of texts or of id lists)."""
+        prompt = self.prompt
+        if isinstance(prompt, str) or not prompt or not isinstance(prompt[0], (str, list)):
+            return 1  # one text, or one list of ids
+        return len(prompt)
 
 
 class TextPart(OpenAIBaseModel):

@@ -44,6 +44,13 @@ __all__ = ["OpenAIServingCompletion"]
 class OpenAIServingCompletion(OpenAIServing):
     async def create_completion(self, request: CompletionRequest, raw_request: Request) -> Response:
         self.check_request(request)
+        if request.echo and request.logprobs is not None:
+            raise ServingError(
+                "echo with logprobs asks for the prompt's log-probabilities, which mini_vllm "
+                "does not compute yet: leave one of them out",
+                400,
+                "echo",
+            )
         # Tokenizing and checking every id grow with the prompt: off the event loop.
         prompts = await asyncio.to_thread(self._prompt_ids, request.prompt)
         params = [self.sampling_params(request, len(ids), request.max_tokens) for ids in prompts]
@@ -59,7 +66,7 @@ class OpenAIServingCompletion(OpenAIServing):
             choices=[
                 CompletionChoice(
                     index=c.index,
-                    text=c.text,
+                    text=self._echo(request, c) + c.text,
                     logprobs=self._logprobs(request, c.token_ids, c.logprobs, 0),
                     finish_reason=c.finish_reason,
                     stop_reason=c.stop_reason,
@@ -69,6 +76,12 @@ class OpenAIServingCompletion(OpenAIServing):
             ],
             usage=self.usage(choices),
         )
+
+    def _echo(self, request: CompletionRequest, choice: ChoiceState) -> str:
+        """With echo, the prompt as text (a token-id prompt decoded), put before the answer."""
+        if not request.echo:
+            return ""
+        return self.llm.tokenizer.decode(choice.prompt_token_ids, skip_special_tokens=False)
 
     def _logprobs(
         self, request: CompletionRequest, token_ids: list[int], entries: list, offset: int
@@ -123,6 +136,13 @@ class OpenAIServingCompletion(OpenAIServing):
         deltas: AsyncIterator[tuple[int, RequestOutputDelta]],
     ) -> AsyncIterator[str]:
         offsets = [0] * len(choices)  # where each choice's next token text starts
+        if request.echo:  # each choice's first chunk is its prompt
+            for choice in choices:
+                echoed = CompletionChoice(index=choice.index, text=self._echo(request, choice))
+                chunk = CompletionStreamResponse(
+                    id=request_id, model=self.served_model_name, choices=[echoed]
+                )
+                yield sse(dump(chunk))
         async with contextlib.aclosing(deltas):
             async for index, delta in deltas:
                 if delta.finish_reason == "error":

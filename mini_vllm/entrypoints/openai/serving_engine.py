@@ -60,6 +60,11 @@ __all__ = [
     "sse",
 ]
 
+# Bounds on one request's engine requests: n (OpenAI's) and prompts times n, so that one
+# request cannot fill the waiting queue with thousands of sequences.
+MAX_N = 128
+MAX_CHOICES = 1024
+
 # Request fields passed to SamplingParams under the same name when set.
 SAMPLING_FIELDS = (
     "top_p",
@@ -333,6 +338,21 @@ class OpenAIServing:
                 f"`{self.served_model_name}` (GET /v1/models lists it; or leave `model` out)",
                 404,
                 "model",
+            )
+        choices = getattr(request, "num_prompts", 1) * (request.n or 1)
+        if request.n is not None and request.n > MAX_N:
+            raise ServingError(
+                f"n is {request.n}: at most {MAX_N} choices a prompt (OpenAI's bound); send "
+                "several requests for more",
+                400,
+                "n",
+            )
+        if choices > MAX_CHOICES:
+            raise ServingError(
+                f"this request asks for {choices} choices (prompts times n), more than "
+                f"{MAX_CHOICES} in one request: split it into several requests",
+                400,
+                "prompt" if request.n in (None, 1) else "n",
             )
         unsupported = request.unsupported_fields()
         if unsupported:
