@@ -96,11 +96,6 @@ class LLMEngine:
         (longer than max_model_len) finishes with an error at the next step. Either way
         the other requests are not affected."""
         with self._one_caller:
-            if params is not None and params.logprobs is not None and self.config.async_scheduling:
-                raise UserError(
-                    "logprobs are not returned under async_scheduling (the tokens reach the "
-                    "host a step later); turn async_scheduling off for this engine"
-                )
             seq = Sequence(next(self._request_ids), self.check_prompt(prompt_token_ids), params)
             self.scheduler.add_request(seq)
             self._unreported[seq.seq_id] = seq

@@ -24,6 +24,7 @@ import logging
 import math
 import time
 import weakref
+from collections.abc import Callable
 from collections.abc import Sequence as SequenceT
 from dataclasses import dataclass
 
@@ -83,6 +84,8 @@ class SampledTokens:
 
     def __init__(self, host: torch.Tensor | None, event, rows: list[int], num_rows: int) -> None:
         self._host, self._event, self._rows, self._num_rows = host, event, rows, num_rows
+        # Run once the step's copies have landed (the log-probabilities' bookkeeping).
+        self.when_landed: Callable[[], None] | None = None
 
     def get(self) -> list[int | None]:
         """The token of each row (None: no sample), waiting for this step only."""
@@ -92,6 +95,8 @@ class SampledTokens:
                 self._event.synchronize()
             for row, token in zip(self._rows, self._host.tolist()):
                 sampled[row] = token
+        if self.when_landed is not None:
+            self.when_landed()
         return sampled
 
 
@@ -425,13 +430,17 @@ class ModelRunner:
             if any(k is not None for k in wanted):  # of the raw logits, as vLLM's default
                 raw_logprobs = torch.log_softmax(logits.float(), dim=-1)
             sampled_ids = self.sampler(logits, params, generators, processors)
+            keep_logprobs = None
             if raw_logprobs is not None:
-                self._keep_logprobs(raw_logprobs, sampled_ids, wanted, scheduled, sampling_rows)
+                keep_logprobs = self._keep_logprobs(
+                    raw_logprobs, sampled_ids, wanted, scheduled, sampling_rows, non_blocking
+                )
             if non_blocking:
                 # The next step may be planned on these before they reach the host.
                 self._prev_sampled = sampled_ids
                 self._prev_sample_ids = [seq.seq_id for seq in seqs]
                 handle = self._copy_out(sampled_ids, sampling_rows, output.num_reqs)
+                handle.when_landed = keep_logprobs
             else:
                 for row, token in zip(sampling_rows, sampled_ids.tolist()):
                     sampled[row] = token
@@ -444,24 +453,39 @@ class ModelRunner:
 
     # ANCHOR_END: execute_model
 
-    def _keep_logprobs(self, raw_logprobs, sampled_ids, wanted, scheduled, sampling_rows) -> None:
+    def _keep_logprobs(
+        self, raw_logprobs, sampled_ids, wanted, scheduled, sampling_rows, non_blocking=False
+    ) -> Callable[[], None] | None:
         """Each asking row's token log-probability, rank and top alternatives, kept on its
         request (`Sequence.token_logprobs`) by the token's place among the request's
-        outputs: a recompute after a step was taken back overwrites its own."""
+        outputs: a recompute after a step was taken back overwrites its own.
+
+        `non_blocking` (async scheduling): the values start their way to the host and the
+        returned function, called once the step's copies have landed (`SampledTokens.get`),
+        keeps them; nothing here waits for the GPU."""
         top = max(k for k in wanted if k is not None)
         chosen = raw_logprobs.gather(1, sampled_ids.unsqueeze(1))
         ranks = (raw_logprobs > chosen).sum(dim=1) + 1
         values, ids = raw_logprobs.topk(max(top, 1), dim=1)
-        host = [t.tolist() for t in (sampled_ids, chosen.squeeze(1), ranks, values, ids)]
+        device_values = (sampled_ids, chosen.squeeze(1), ranks, values, ids)
+        # Queued before the sampled ids' own copy, whose event then covers these too.
+        landing = [t.to("cpu", non_blocking=non_blocking) for t in device_values]
+        places = []  # (sampling row, alternatives wanted, request, place among its outputs)
         for i, (k, row) in enumerate(zip(wanted, sampling_rows)):
-            if k is None:
-                continue
-            scheduled_row = scheduled[row]
-            seq = scheduled_row.seq
-            place = scheduled_row.context_len - seq.num_prompt_tokens
-            alternatives = list(zip(host[4][i][:k], host[3][i][:k]))
-            entry = (host[0][i], host[1][i], host[2][i], alternatives)
-            seq.token_logprobs[place] = entry
+            if k is not None:
+                seq = scheduled[row].seq
+                places.append((i, k, seq, scheduled[row].context_len - seq.num_prompt_tokens))
+
+        def keep() -> None:
+            host = [t.tolist() for t in landing]
+            for i, k, seq, place in places:
+                alternatives = list(zip(host[4][i][:k], host[3][i][:k]))
+                seq.token_logprobs[place] = (host[0][i], host[1][i], host[2][i], alternatives)
+
+        if non_blocking:
+            return keep
+        keep()
+        return None
 
     # ANCHOR: copy_out
     def _copy_out(self, sampled_ids: torch.Tensor, rows: list[int], num_rows: int) -> SampledTokens:

@@ -213,10 +213,36 @@ def test_logprobs_are_the_models_and_rank_the_tokens(llm):
     assert plain.logprobs is None and plain.token_ids == out.token_ids
 
 
-def test_logprobs_under_async_scheduling_are_refused():
-    async_llm = LLM("tiny", max_num_seqs=2, max_model_len=64, async_scheduling=True)
-    with pytest.raises(UserError, match="async_scheduling"):
-        async_llm.engine.add_request([1, 2], SamplingParams(logprobs=1))
+@pytest.mark.parametrize("staged_apart", [False, True], ids=["cpu", "staged-as-on-a-gpu"])
+def test_logprobs_under_async_scheduling_equal_the_synchronous_ones(staged_apart):
+    """Under async scheduling the log-probabilities reach the host a step later, with the
+    sampled ids (`SampledTokens.get`); each request gets the values of a synchronous engine,
+    under preemption and chunked prefill too, and so does a request without them."""
+    options = dict(
+        max_num_seqs=4, max_model_len=40, block_size=4, num_kv_blocks=10, max_num_batched_tokens=16
+    )
+    prompts = [[5 + i, 9, 13 + 2 * i] * (1 + i % 3) for i in range(6)]
+    params = [
+        SamplingParams(temperature=0.7, seed=i, max_tokens=16, logprobs=None if i == 2 else i % 4)
+        for i in range(6)
+    ]
+    sync = LLM("tiny", **options).generate(prompts, params, use_tqdm=False)
+    async_llm = LLM("tiny", async_scheduling=True, **options)
+    if staged_apart:  # a staging buffer of its own, as on a GPU
+        runner = async_llm.engine.runner
+        runner._staging = runner._ints.clone()
+        runner._view_staging()
+    got = async_llm.generate(prompts, params, use_tqdm=False)
+    assert async_llm.stats.num_preemptions > 0
+    for a, b in zip(got, sync):
+        (a, b) = (a.outputs[0], b.outputs[0])
+        assert a.token_ids == b.token_ids
+        assert (a.logprobs is None) == (b.logprobs is None)
+        if b.logprobs is not None:
+            assert [sorted(e) for e in a.logprobs] == [sorted(e) for e in b.logprobs]
+            for x, y in zip(a.logprobs, b.logprobs):
+                assert all(x[t].logprob == pytest.approx(y[t].logprob) for t in y)
+                assert all(x[t].rank == y[t].rank for t in y)
 
 
 def test_n_completions_are_drawn_each_on_its_own(llm):

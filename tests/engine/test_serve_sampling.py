@@ -267,3 +267,15 @@ def test_echo_puts_the_prompt_before_the_answer(server, offline, stream):
     assert (text, ids, reason) == (PROMPT + want.text, want.token_ids, want.finish_reason)
     if stream:
         assert pieces[0][0] == PROMPT  # the first chunk is the prompt, alone
+
+
+def test_logprobs_from_an_async_scheduling_server(offline):
+    """Under async scheduling the log-probabilities come a step later, with the tokens."""
+    engine = dict(ENGINE, async_scheduling=True)
+    with serving(lambda: LLM("tiny", **engine)) as (srv, _):
+        result = client_for(srv).completions.create(
+            model="tiny", prompt=PROMPT, max_tokens=6, temperature=0, logprobs=1
+        )
+    (want,) = offline_outputs(offline, PROMPT, max_tokens=6, temperature=0, logprobs=1)
+    got = result.choices[0].logprobs.token_logprobs
+    assert got == pytest.approx([e[t].logprob for t, e in zip(want.token_ids, want.logprobs)])

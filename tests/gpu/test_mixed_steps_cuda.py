@@ -274,7 +274,8 @@ def test_async_step_launch_never_waits_for_the_gpu(temperature):
     step N; one synchronising call in the launch (a pageable host-to-device copy, an
     `.item()`) would make it wait for step N and undo the overlap. PyTorch's sync debug
     mode turns any such call into an error; the launch of mixed and decode steps, with
-    sampling options that build device tensors (top-p, penalties, logit bias), must pass.
+    sampling options that build device tensors (top-p, penalties, logit bias) and with
+    log-probabilities, must pass.
     """
     llm = LLM(
         "tiny",
@@ -289,6 +290,8 @@ def test_async_step_launch_never_waits_for_the_gpu(temperature):
     options = dict(temperature=temperature, max_tokens=12, ignore_eos=True)
     for i in range(6):
         extra = {"top_p": 0.9, "presence_penalty": 0.5, "logit_bias": {3: 1.0}} if i % 2 else {}
+        if i % 3 == 0:
+            extra["logprobs"] = 2  # their values travel to the host with the sampled ids
         prompt = [3 + (5 * i + j) % 200 for j in range(10 + 7 * i)]
         engine.add_request(prompt, SamplingParams(**options, **extra))
     launch = runner.execute_model
