@@ -61,7 +61,7 @@ from mini_vllm.layers.attention import (
     static_forward_context,
 )
 from mini_vllm.layers.custom_op import set_custom_ops
-from mini_vllm.layers.logits_processors import SamplingBatch
+from mini_vllm.layers.logits_processors import PenaltyCounts, SamplingBatch
 from mini_vllm.layers.sampler import Sampler, make_generator
 from mini_vllm.torch_utils import async_tensor_h2d
 
@@ -210,6 +210,7 @@ class ModelRunner:
         # ANCHOR_END: graph_setup
 
         self.sampler = Sampler()
+        self._penalties: PenaltyCounts | None = None  # made when a request first needs it
         eos = mc.eos_token_id
         self._eos_token_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         self._generators: dict[object, torch.Generator | None] = {}
@@ -419,17 +420,28 @@ class ModelRunner:
                 generators = [
                     self._generator(scheduled[row], logits.shape[-1]) for row in sampling_rows
                 ]
-            processors = None
+            processors = penalised_slots = None
             if any(p.uses_processors for p in params):  # the options beyond top-k / top-p
                 histories = [(seq.prompt_token_ids, seq.output_token_ids) for seq in seqs]
+                counts = None
+                penalised = [i for i, p in enumerate(params) if p.uses_history]
+                if penalised:  # their token counts are kept on the device from step to step
+                    if self._penalties is None:
+                        self._penalties = PenaltyCounts(logits.shape[-1], self.device)
+                    counts, penalised_slots = self._penalties.gather(
+                        [seqs[i] for i in penalised], penalised, len(params)
+                    )
+                    penalised_rows = async_tensor_h2d(penalised, torch.long, self.device)
                 processors = SamplingBatch.build(
-                    params, histories, self._eos_token_ids, logits.shape[-1], self.device
+                    params, histories, self._eos_token_ids, logits.shape[-1], self.device, counts
                 )
             wanted = [p.logprobs for p in params]
             raw_logprobs = None
             if any(k is not None for k in wanted):  # of the raw logits, as vLLM's default
                 raw_logprobs = torch.log_softmax(logits.float(), dim=-1)
             sampled_ids = self.sampler(logits, params, generators, processors)
+            if penalised_slots is not None:
+                self._penalties.record(penalised_slots, sampled_ids.index_select(0, penalised_rows))
             keep_logprobs = None
             if raw_logprobs is not None:
                 keep_logprobs = self._keep_logprobs(
@@ -644,11 +656,15 @@ class ModelRunner:
         """Forget per-request state (sampling generators) of finished requests."""
         for seq_id in seq_ids:
             self._generators.pop(seq_id, None)
+        if self._penalties is not None:
+            self._penalties.free(seq_ids)
 
     def reset_request_state(self) -> None:
         """Forget every request's state: after a step was taken back, each unfinished
         request is recomputed from its tokens and its generator rebuilt (`_generator`)."""
         self._generators.clear()
+        if self._penalties is not None:
+            self._penalties.reset()
         self._prev_sampled = None
         self._prev_sample_ids = []
 

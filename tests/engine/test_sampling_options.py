@@ -272,3 +272,56 @@ def test_n_completions_are_drawn_each_on_its_own(llm):
 def test_a_bad_n_is_refused(bad):
     with pytest.raises(UserError, match="n "):
         SamplingParams(n=bad)
+
+
+PENALISED_ENGINE = dict(
+    max_num_seqs=4, max_model_len=40, block_size=4, num_kv_blocks=10, max_num_batched_tokens=16
+)
+
+
+def penalised_tokens(llm: LLM) -> list[list[int]]:
+    """Six requests, five with penalties, seeded sampling: under PENALISED_ENGINE they are
+    preempted and their prompts chunked."""
+    prompts = [[5 + i, 9, 13 + 2 * i, 9, 5 + i] * (1 + i % 2) for i in range(6)]
+    params = [
+        SamplingParams(
+            temperature=0.8,
+            seed=i,
+            max_tokens=18,
+            ignore_eos=True,
+            presence_penalty=0.0 if i % 3 == 2 else 1.5,
+            frequency_penalty=0.5 * (i % 2),
+            repetition_penalty=1.0 + 0.4 * (i % 3 == 0),
+        )
+        for i in range(6)
+    ]
+    return [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
+
+
+def test_penalty_counts_kept_on_the_device_equal_counts_rebuilt_each_step():
+    """The engine counts each penalised request's tokens once, then adds each sampled
+    token on the device. Rebuilding the counts from the token lists before every step
+    (the readable way) must give the same tokens, under preemption and chunked prefill;
+    so must async scheduling, whose tokens in flight are counted on the device too."""
+    llm = LLM("tiny", **PENALISED_ENGINE)
+    kept = penalised_tokens(llm)
+    penalties = llm.engine.runner._penalties
+    assert llm.stats.num_preemptions > 0
+    assert penalties.num_built == 5  # once a penalised request, preemptions included
+    assert not penalties.slot_of  # every slot given back
+
+    rebuilt_llm = LLM("tiny", **PENALISED_ENGINE)
+    runner = rebuilt_llm.engine.runner
+    execute = runner.execute_model
+
+    def execute_counting_again(*args, **kwargs):
+        if runner._penalties is not None:
+            runner._penalties.reset()  # every penalised request counted from its tokens
+        return execute(*args, **kwargs)
+
+    runner.execute_model = execute_counting_again
+    assert penalised_tokens(rebuilt_llm) == kept
+    assert runner._penalties.num_built > 20
+
+    async_llm = LLM("tiny", async_scheduling=True, **PENALISED_ENGINE)
+    assert penalised_tokens(async_llm) == kept
