@@ -283,18 +283,32 @@ class LLM:
         if seq.sampling_params.logprobs is None:
             return None, None
 
+        per_token, total = [], 0.0
+        for place in range(count):
+            per_token.append(self._logprob_entry(seq.token_logprobs[place]))
+            total += seq.token_logprobs[place][1]
+        return per_token, total
+
+    def _logprob_entry(self, kept: tuple) -> dict[int, Logprob]:
+        """(token, logprob, rank, [(alternative, logprob), ...]) as vLLM's {id: Logprob}."""
+
         def decoded(token: int) -> str | None:
             return self.tokenizer.decode([token]) if self.tokenizer is not None else None
 
-        per_token, total = [], 0.0
-        for place in range(count):
-            token, logprob, rank, alternatives = seq.token_logprobs[place]
-            entry = {token: Logprob(logprob, rank, decoded(token))}
-            for alt_rank, (alternative, alt_logprob) in enumerate(alternatives, start=1):
-                entry.setdefault(alternative, Logprob(alt_logprob, alt_rank, decoded(alternative)))
-            per_token.append(entry)
-            total += logprob
-        return per_token, total
+        token, logprob, rank, alternatives = kept
+        entry = {token: Logprob(logprob, rank, decoded(token))}
+        for alt_rank, (alternative, alt_logprob) in enumerate(alternatives, start=1):
+            entry.setdefault(alternative, Logprob(alt_logprob, alt_rank, decoded(alternative)))
+        return entry
+
+    def _prompt_logprobs(self, seq: Sequence) -> list[dict[int, Logprob] | None] | None:
+        if seq.sampling_params.prompt_logprobs is None:
+            return None
+        kept = seq.prompt_logprobs
+        return [None] + [
+            self._logprob_entry(kept[p]) if p in kept else None
+            for p in range(1, seq.num_prompt_tokens)
+        ]
 
     def _output(
         self,
@@ -315,6 +329,7 @@ class LLM:
             prompt_token_ids=list(first.prompt_token_ids),
             outputs=completions,
             error=errors[0] if errors else None,
+            prompt_logprobs=self._prompt_logprobs(first),
         )
 
     def _completion(

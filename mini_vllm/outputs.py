@@ -53,6 +53,9 @@ class RequestOutput:
     outputs: list[CompletionOutput] = field(default_factory=list)
     finished: bool = True
     error: str | None = None  # why the request failed, when finish_reason is "error"
+    # With SamplingParams.prompt_logprobs: one {id: Logprob} a prompt token (the token's own
+    # and the top alternatives), None for the first, which nothing predicts (vLLM's form).
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
 
     @property
     def text(self) -> str:

@@ -69,6 +69,9 @@ class SamplingParams:
     # Log-probabilities of each generated token (from the model's raw logits, as vLLM's
     # default), with this many most likely alternatives; None: none, 0: the token's own.
     logprobs: int | None = None
+    # The same for each prompt token after the first (what the model gave it, seen from
+    # the tokens before it); a request asking for them is not served from the prefix cache.
+    prompt_logprobs: int | None = None
 
     def __init__(self, **options: object) -> None:
         allowed = {f.name: f.default for f in fields(self)}
@@ -151,6 +154,14 @@ class SamplingParams:
             raise UserError(
                 f"logprobs must be None or an integer in [0, {MAX_LOGPROBS}] (the most likely "
                 f"alternatives to return beside each token), got {self.logprobs!r}"
+            )
+        if self.prompt_logprobs is not None and not (
+            _is_int(self.prompt_logprobs) and 0 <= self.prompt_logprobs <= MAX_LOGPROBS
+        ):
+            raise UserError(
+                f"prompt_logprobs must be None or an integer in [0, {MAX_LOGPROBS}] (the most "
+                f"likely alternatives to return beside each prompt token), got "
+                f"{self.prompt_logprobs!r}"
             )
         if not isinstance(self.include_stop_str_in_output, bool):
             raise UserError(

@@ -166,6 +166,9 @@ class BlockManager:
         """Registered blocks that hold the sequence's leading tokens, in order."""
         if not self.enable_prefix_caching:
             return []
+        params = getattr(seq, "sampling_params", None)
+        if params is not None and params.prompt_logprobs is not None:
+            return []  # its prompt's logits are wanted: every prompt token is computed
         # Leave at least one token to compute: the step that computes the last
         # token is the one that produces the logits the next token is sampled from.
         max_blocks = (seq.num_tokens - 1) // self.block_size

@@ -100,6 +100,18 @@ class SampledTokens:
         return sampled
 
 
+def _both(first: Callable[[], None] | None, second: Callable[[], None] | None):
+    """One callback running both (either may be None); None when both are."""
+    if first is None or second is None:
+        return first or second
+
+    def both() -> None:
+        first()
+        second()
+
+    return both
+
+
 def _unbind_kv_caches(model: torch.nn.Module, kv_caches: list[torch.Tensor]) -> None:
     """Unbind `kv_caches` from `model`'s layers, unless another engine has bound its own since."""
     layers = attention_layers(model)
@@ -401,6 +413,12 @@ class ModelRunner:
             hidden_states = self.graphs.forward(self.input_ids[:n], self.positions[:n])
         forward_seconds = self._timestamp() - forward_start if self.time_forward else 0.0
         sampled: list[int | None] = [None] * output.num_reqs
+        keep_prompt_logprobs = None
+        if any(r.is_prefill and r.seq.sampling_params.prompt_logprobs is not None
+               for r in output.scheduled):  # fmt: skip
+            keep_prompt_logprobs = self._keep_prompt_logprobs(
+                hidden_states, output, inputs.query_lens, non_blocking
+            )
         sampling_rows = inputs.sampling_rows.tolist()
         if sampling_rows:
             # Only the rows that sample go through the LM head, after the graph (if any).
@@ -452,12 +470,15 @@ class ModelRunner:
                 self._prev_sampled = sampled_ids
                 self._prev_sample_ids = [seq.seq_id for seq in seqs]
                 handle = self._copy_out(sampled_ids, sampling_rows, output.num_reqs)
-                handle.when_landed = keep_logprobs
+                handle.when_landed = _both(keep_logprobs, keep_prompt_logprobs)
             else:
                 for row, token in zip(sampling_rows, sampled_ids.tolist()):
                     sampled[row] = token
         elif non_blocking:
             handle = SampledTokens(None, None, [], output.num_reqs)
+            if keep_prompt_logprobs is not None:  # a chunk short of the prompt's end
+                self.graph_backend.synchronize()
+                keep_prompt_logprobs()
         self.last_step = self._record(
             step, inputs.num_tokens, runtime_mode, time.perf_counter() - start, forward_seconds
         )
@@ -493,6 +514,51 @@ class ModelRunner:
             for i, k, seq, place in places:
                 alternatives = list(zip(host[4][i][:k], host[3][i][:k]))
                 seq.token_logprobs[place] = (host[0][i], host[1][i], host[2][i], alternatives)
+
+        if non_blocking:
+            return keep
+        keep()
+        return None
+
+    def _keep_prompt_logprobs(
+        self, hidden_states, output, query_lens, non_blocking=False
+    ) -> Callable[[], None] | None:
+        """For each prefill row whose request asks for prompt_logprobs: the log-probability
+        the model gives each prompt token after the first, from the hidden state of the
+        token before it (computed this step), its rank and the most likely alternatives,
+        kept on the request by prompt position (`Sequence.prompt_logprobs`). Only these rows'
+        positions go through the LM head. `non_blocking`: as `_keep_logprobs`."""
+        starts = np.cumsum(query_lens) - query_lens
+        flat, targets, owners = [], [], []  # batch index, the token it predicts, (seq, k, pos)
+        for row, scheduled in enumerate(output.scheduled):
+            seq = scheduled.seq
+            k = seq.sampling_params.prompt_logprobs
+            if k is None or not scheduled.is_prefill:
+                continue
+            first = scheduled.num_computed_tokens
+            last = min(first + scheduled.num_new_tokens, seq.num_prompt_tokens - 1)
+            for position in range(first, last):  # predicts the prompt token at position + 1
+                flat.append(int(starts[row]) + position - first)
+                targets.append(seq.prompt_token_ids[position + 1])
+                owners.append((seq, k, position + 1))
+        if not flat:
+            return None
+        index = async_tensor_h2d(flat, torch.long, self.device)
+        logits = self.model.compute_logits(hidden_states.index_select(0, index))
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        wanted = async_tensor_h2d(targets, torch.long, self.device).unsqueeze(1)
+        chosen = logprobs.gather(1, wanted)
+        ranks = (logprobs > chosen).sum(dim=1) + 1
+        values, ids = logprobs.topk(max(1, max(k for _, k, _ in owners)), dim=1)
+        device_values = (chosen.squeeze(1), ranks, values, ids)
+        landing = [t.to("cpu", non_blocking=non_blocking) for t in device_values]
+
+        def keep() -> None:
+            host = [t.tolist() for t in landing]
+            for i, (seq, k, position) in enumerate(owners):
+                alternatives = list(zip(host[3][i][:k], host[2][i][:k]))
+                token = seq.prompt_token_ids[position]
+                seq.prompt_logprobs[position] = (token, host[0][i], host[1][i], alternatives)
 
         if non_blocking:
             return keep

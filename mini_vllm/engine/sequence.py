@@ -135,6 +135,8 @@ class Sequence:
         # sampling_params.logprobs set: output place -> (token, logprob, rank, top
         # [(id, logprob)]), written by the model runner when it samples.
         self.token_logprobs: dict[int, tuple] = {}
+        # sampling_params.prompt_logprobs set: prompt position (1 on) -> the same tuple.
+        self.prompt_logprobs: dict[int, tuple] = {}
 
     # -- token counts -------------------------------------------------------------
 

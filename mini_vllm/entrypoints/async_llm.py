@@ -58,6 +58,9 @@ class RequestOutputDelta:
     # With SamplingParams.logprobs: one entry a new token, (token, logprob, rank,
     # [(alternative id, logprob), ...]) as `Sequence.token_logprobs` holds it.
     logprobs: list[tuple] | None = None
+    # With SamplingParams.prompt_logprobs, once (in the first delta after the prompt was
+    # computed): one entry a prompt token, None for the first.
+    prompt_logprobs: list[tuple | None] | None = None
 
 
 @dataclass
@@ -98,6 +101,7 @@ class _LiveRequest:
     add: _Add
     seq: Sequence
     num_sent: int = 0  # output tokens handed to the handler so far
+    prompt_logprobs_sent: bool = False
     last_token_time: float | None = None
 
 
@@ -200,7 +204,12 @@ class AsyncLLM:
                     if delta.logprobs is not None or later.logprobs is not None:
                         logprobs = (delta.logprobs or []) + (later.logprobs or [])
                     delta = RequestOutputDelta(
-                        tokens, later.finish_reason, later.error, later.status_code, logprobs
+                        tokens,
+                        later.finish_reason,
+                        later.error,
+                        later.status_code,
+                        logprobs,
+                        delta.prompt_logprobs or later.prompt_logprobs,
                     )
                 finished = delta.finish_reason is not None
                 yield delta
@@ -369,9 +378,7 @@ class AsyncLLM:
             new = seq.tokens(start, seq.num_prompt_tokens + ready) if ready > live.num_sent else []
             if not new and not seq.is_finished:
                 continue
-            logprobs = None
-            if seq.sampling_params.logprobs is not None:
-                logprobs = [seq.token_logprobs.get(live.num_sent + i) for i in range(len(new))]
+            logprobs, prompt_logprobs = self._logprobs_of(live, len(new))
             if new and self.metrics is not None:
                 first = live.last_token_time is None
                 gap = now - (live.add.arrival if first else live.last_token_time)
@@ -380,18 +387,36 @@ class AsyncLLM:
                 live.num_sent += len(new)
                 live.last_token_time = now
             if not seq.is_finished:
-                self._send(live.add, RequestOutputDelta(new, logprobs=logprobs))
+                self._send(
+                    live.add, RequestOutputDelta(new, None, None, 200, logprobs, prompt_logprobs)
+                )
                 continue
             del self._live[request_id]
             reason = seq.finish_reason.value
             if reason == "error":  # a request the engine can never serve (the handlers check)
                 self._send(live.add, RequestOutputDelta(new, "error", seq.error, 400))
             else:
-                self._send(live.add, RequestOutputDelta(new, reason, logprobs=logprobs))
+                self._send(
+                    live.add, RequestOutputDelta(new, reason, None, 200, logprobs, prompt_logprobs)
+                )
             if self.metrics is not None:
                 self.metrics.on_finished(reason, now - live.add.arrival)
 
     # ANCHOR_END: hand_out_tokens
+
+    @staticmethod
+    def _logprobs_of(live: _LiveRequest, count: int) -> tuple[list | None, list | None]:
+        """The log-probabilities of the `count` tokens about to be sent, and, once, those
+        of the prompt (the prompt is computed by then: a token came, or the request ended)."""
+        seq, params = live.seq, live.seq.sampling_params
+        logprobs = prompt_logprobs = None
+        if params.logprobs is not None:
+            logprobs = [seq.token_logprobs.get(live.num_sent + i) for i in range(count)]
+        if params.prompt_logprobs is not None and not live.prompt_logprobs_sent:
+            live.prompt_logprobs_sent = True
+            kept = seq.prompt_logprobs
+            prompt_logprobs = [None] + [kept.get(p) for p in range(1, seq.num_prompt_tokens)]
+        return logprobs, prompt_logprobs
 
     def _drain_after_stop(self, message: str) -> None:
         """Fail what is still in the engine or on the queue: nobody will step them now."""

@@ -325,3 +325,41 @@ def test_penalty_counts_kept_on_the_device_equal_counts_rebuilt_each_step():
 
     async_llm = LLM("tiny", async_scheduling=True, **PENALISED_ENGINE)
     assert penalised_tokens(async_llm) == kept
+
+
+@pytest.mark.parametrize(
+    "engine",
+    [
+        dict(max_num_batched_tokens=64),
+        dict(max_num_batched_tokens=5),  # prompts in chunks of up to 5 tokens
+        dict(max_num_batched_tokens=8, async_scheduling=True),
+        dict(enable_prefix_caching=True, block_size=4),
+    ],
+    ids=["whole", "chunked", "async", "prefix-cache"],
+)
+def test_prompt_logprobs_are_the_models(engine):
+    """Each prompt token after the first gets the log-probability the model gives it after
+    the tokens before it (transformers' forward over the prompt), with its rank and the
+    most likely alternatives; the first gets None, as in vLLM. A request that asks for them
+    is computed in full even when its prefix is cached."""
+    from mini_vllm.bench.harness import transformers_twin
+
+    llm = LLM("tiny", max_num_seqs=4, max_model_len=64, **engine)
+    prompts = [[5 + (7 * i) % 40 for i in range(13)], [9, 8, 7, 6, 5, 4, 3]]
+    if engine.get("enable_prefix_caching"):  # the first prompt's blocks are cached by then
+        llm.generate([prompts[0]], SamplingParams(max_tokens=1), use_tqdm=False)
+    params = [SamplingParams(temperature=0, max_tokens=3, prompt_logprobs=k) for k in (2, 0)]
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    hf = transformers_twin(llm.engine.model)
+    for out, prompt, k in zip(outs, prompts, (2, 0)):
+        with torch.inference_mode():
+            expected = torch.log_softmax(hf(torch.tensor([prompt])).logits[0].float(), dim=-1)
+        assert out.prompt_logprobs[0] is None and len(out.prompt_logprobs) == len(prompt)
+        for place in range(1, len(prompt)):
+            entry, token = out.prompt_logprobs[place], prompt[place]
+            row = expected[place - 1]
+            assert entry[token].logprob == pytest.approx(float(row[token]), abs=1e-4)
+            assert entry[token].rank == int((row > row[token]).sum()) + 1
+            assert set(row.topk(k).indices.tolist()) <= set(entry) if k else set(entry) == {token}
+    plain = llm.generate([prompts[1]], SamplingParams(max_tokens=2), use_tqdm=False)[0]
+    assert plain.prompt_logprobs is None

@@ -279,3 +279,43 @@ def test_logprobs_from_an_async_scheduling_server(offline):
     (want,) = offline_outputs(offline, PROMPT, max_tokens=6, temperature=0, logprobs=1)
     got = result.choices[0].logprobs.token_logprobs
     assert got == pytest.approx([e[t].logprob for t, e in zip(want.token_ids, want.logprobs)])
+
+
+def test_prompt_logprobs_and_echo_with_logprobs(server, offline):
+    """vLLM's prompt_logprobs, and echo with logprobs: the prompt's tokens first, each with
+    the log-probability the offline engine gives it (None for the first)."""
+    srv, _ = server
+    client = client_for(srv)
+    params = SamplingParams(temperature=0, max_tokens=4, prompt_logprobs=2)
+    (want,) = offline.generate([PROMPT], params, use_tqdm=False)
+    prompt_ids = want.prompt_token_ids
+    assert want.prompt_logprobs[0] is None and len(want.prompt_logprobs) == len(prompt_ids)
+    result = client.completions.create(
+        model="tiny", prompt=PROMPT, max_tokens=4, temperature=0,
+        extra_body={"prompt_logprobs": 2},
+    )  # fmt: skip
+    got = result.choices[0].prompt_logprobs
+    assert got[0] is None and len(got) == len(prompt_ids)
+    for place in range(1, len(prompt_ids)):
+        token = prompt_ids[place]
+        assert got[place][str(token)]["logprob"] == pytest.approx(
+            want.prompt_logprobs[place][token].logprob, abs=1e-6
+        )
+        assert len(got[place]) in (2, 3)  # the 2 most likely, and the token if not among them
+    for stream in (False, True):
+        answer = client.completions.create(
+            model="tiny", prompt=PROMPT, max_tokens=4, temperature=0, echo=True, logprobs=1,
+            stream=stream,
+        )  # fmt: skip
+        chunks = list(answer) if stream else [answer]
+        logprobs = [c.logprobs for chunk in chunks for c in chunk.choices if c.logprobs]
+        tokens = [t for lp in logprobs for t in lp.tokens]
+        values = [v for lp in logprobs for v in lp.token_logprobs]
+        offsets = [o for lp in logprobs for o in lp.text_offset]
+        assert len(tokens) == len(prompt_ids) + 4
+        assert values[0] is None
+        for place in range(1, len(prompt_ids)):
+            assert values[place] == pytest.approx(
+                want.prompt_logprobs[place][prompt_ids[place]].logprob, abs=1e-6
+            )
+        assert offsets == [sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]

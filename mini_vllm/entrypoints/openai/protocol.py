@@ -25,6 +25,8 @@ they asked for:
   with the default. vLLM only logs a warning for an unknown field; OpenAI's own API refuses it.
 - `user` and `metadata` are accepted and change nothing, as in vLLM.
 - `model` may be left out: it means the served model (vLLM's rule).
+- Completions also take vLLM's `prompt_logprobs`, and `echo` with `logprobs` puts the
+  prompt's tokens, their log-probabilities and alternatives first in the logprobs.
 - Two combinations vLLM refuses are refused: `stream_options` without `"stream": true`, and
   (chat) `top_logprobs` without `"logprobs": true`.
 
@@ -143,8 +145,9 @@ NOT_YET: dict[str, tuple[object, ...]] = {
     "store": (None, False),
     "service_tier": (None, "auto", "default"),
 }
-# Completions serve echo (the prompt's text before the answer).
-_NOT_YET_COMPLETION = {name: v for name, v in NOT_YET.items() if name != "echo"} | {
+# Completions serve echo (the prompt's text before the answer) and prompt_logprobs.
+_SERVED_BY_COMPLETIONS = ("echo", "prompt_logprobs")
+_NOT_YET_COMPLETION = {n: v for n, v in NOT_YET.items() if n not in _SERVED_BY_COMPLETIONS} | {
     "suffix": (None, ""),
     "add_special_tokens": (None, True),
 }
@@ -268,6 +271,9 @@ class CompletionRequest(_SamplingRequest):
     # alternatives (OpenAI allows up to 5; vLLM, and here, up to 20).
     logprobs: int | None = None
     echo: bool | None = False  # the prompt's text first, then the completion
+    # vLLM's extension: each prompt token's log-probability (after the first) and this many
+    # most likely alternatives, in each choice's `prompt_logprobs`.
+    prompt_logprobs: int | None = None
 
     @property
     def num_prompts(self) -> int:
@@ -335,10 +341,18 @@ class CompletionLogProbs(BaseModel):
     top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
 
 
+class PromptLogprob(BaseModel):
+    logprob: float
+    rank: int
+    decoded_token: str
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
     logprobs: CompletionLogProbs | None = None
+    # vLLM's: {token id: its logprob, rank, text} a prompt token, None for the first
+    prompt_logprobs: list[dict[int, PromptLogprob] | None] | None = None
     finish_reason: str | None = None  # "stop" | "length" | "abort"; None while streaming
     # vLLM's: what ended a "stop", the stop string or the stop token's id (None: EOS)
     stop_reason: str | int | None = None

@@ -28,6 +28,7 @@ from mini_vllm.entrypoints.openai.protocol import (
     CompletionRequest,
     CompletionResponse,
     CompletionStreamResponse,
+    PromptLogprob,
 )
 from mini_vllm.entrypoints.openai.serving_engine import (
     ChoiceState,
@@ -44,13 +45,6 @@ __all__ = ["OpenAIServingCompletion"]
 class OpenAIServingCompletion(OpenAIServing):
     async def create_completion(self, request: CompletionRequest, raw_request: Request) -> Response:
         self.check_request(request)
-        if request.echo and request.logprobs is not None:
-            raise ServingError(
-                "echo with logprobs asks for the prompt's log-probabilities, which mini_vllm "
-                "does not compute yet: leave one of them out",
-                400,
-                "echo",
-            )
         # Tokenizing and checking every id grow with the prompt: off the event loop.
         prompts = await asyncio.to_thread(self._prompt_ids, request.prompt)
         params = [self.sampling_params(request, len(ids), request.max_tokens) for ids in prompts]
@@ -58,6 +52,11 @@ class OpenAIServingCompletion(OpenAIServing):
 
     def requested_logprobs(self, request: CompletionRequest) -> int | None:
         return request.logprobs
+
+    def requested_prompt_logprobs(self, request: CompletionRequest) -> int | None:
+        if request.echo and request.logprobs is not None:  # the echoed tokens carry them
+            return max(request.logprobs, request.prompt_logprobs or 0)
+        return request.prompt_logprobs
 
     def whole_response(self, request, request_id, choices) -> CompletionResponse:
         return CompletionResponse(
@@ -67,7 +66,8 @@ class OpenAIServingCompletion(OpenAIServing):
                 CompletionChoice(
                     index=c.index,
                     text=self._echo(request, c) + c.text,
-                    logprobs=self._logprobs(request, c.token_ids, c.logprobs, 0),
+                    logprobs=self._whole_logprobs(request, c),
+                    prompt_logprobs=self._prompt_logprobs(request, c),
                     finish_reason=c.finish_reason,
                     stop_reason=c.stop_reason,
                     token_ids=c.token_ids if request.return_token_ids else None,
@@ -76,6 +76,48 @@ class OpenAIServingCompletion(OpenAIServing):
             ],
             usage=self.usage(choices),
         )
+
+    def _whole_logprobs(self, request, choice: ChoiceState) -> CompletionLogProbs | None:
+        """The choice's logprobs; with echo, the prompt's tokens first."""
+        if request.logprobs is None:
+            return None
+        if not request.echo:
+            return self._logprobs(request, choice.token_ids, choice.logprobs, 0)
+        echoed = self._echoed_logprobs(request, choice)
+        after_prompt = sum(map(len, echoed.tokens))
+        answer = self._logprobs(request, choice.token_ids, choice.logprobs, after_prompt)
+        for name in ("text_offset", "token_logprobs", "tokens", "top_logprobs"):
+            getattr(echoed, name).extend(getattr(answer, name))
+        return echoed
+
+    def _echoed_logprobs(self, request, choice: ChoiceState) -> CompletionLogProbs:
+        """The prompt's tokens as logprobs (the first has none: nothing predicts it)."""
+        entries = choice.prompt_logprobs or [None] * len(choice.prompt_token_ids)
+        echoed = self._logprobs(request, choice.prompt_token_ids, entries, 0)
+        echoed.top_logprobs[0] = None  # OpenAI's form for the first prompt token
+        return echoed
+
+    def _prompt_logprobs(self, request, choice: ChoiceState) -> list | None:
+        """vLLM's prompt_logprobs: {token id: logprob, rank, text} a prompt token."""
+        if request.prompt_logprobs is None or choice.prompt_logprobs is None:
+            return None
+        tokenizer = self.llm.tokenizer
+        out: list[dict[int, PromptLogprob] | None] = []
+
+        def entry(token: int, logprob: float, rank: int) -> PromptLogprob:
+            text = token_text(tokenizer, token)
+            return PromptLogprob(logprob=logprob, rank=rank, decoded_token=text)
+
+        for kept in choice.prompt_logprobs:
+            if kept is None:
+                out.append(None)
+                continue
+            token, logprob, rank, alternatives = kept
+            tokens = {token: entry(token, logprob, rank)}
+            for alt_rank, (alternative, value) in enumerate(alternatives, start=1):
+                tokens.setdefault(alternative, entry(alternative, value, alt_rank))
+            out.append(tokens)
+        return out
 
     def _echo(self, request: CompletionRequest, choice: ChoiceState) -> str:
         """With echo, the prompt as text (a token-id prompt decoded), put before the answer."""
@@ -136,13 +178,7 @@ class OpenAIServingCompletion(OpenAIServing):
         deltas: AsyncIterator[tuple[int, RequestOutputDelta]],
     ) -> AsyncIterator[str]:
         offsets = [0] * len(choices)  # where each choice's next token text starts
-        if request.echo:  # each choice's first chunk is its prompt
-            for choice in choices:
-                echoed = CompletionChoice(index=choice.index, text=self._echo(request, choice))
-                chunk = CompletionStreamResponse(
-                    id=request_id, model=self.served_model_name, choices=[echoed]
-                )
-                yield sse(dump(chunk))
+        echoed = [not request.echo] * len(choices)
         async with contextlib.aclosing(deltas):
             async for index, delta in deltas:
                 if delta.finish_reason == "error":
@@ -152,6 +188,16 @@ class OpenAIServingCompletion(OpenAIServing):
                 text = self.take(request_id, choice, delta)
                 if text is None:  # ended by a stop string already
                     continue
+                if not echoed[index]:  # the choice's first chunk is its prompt
+                    echoed[index] = True
+                    first = CompletionChoice(index=index, text=self._echo(request, choice))
+                    if request.logprobs is not None:
+                        first.logprobs = self._echoed_logprobs(request, choice)
+                        offsets[index] = sum(map(len, first.logprobs.tokens))
+                    chunk = CompletionStreamResponse(
+                        id=request_id, model=self.served_model_name, choices=[first]
+                    )
+                    yield sse(dump(chunk))
                 logprobs = self._logprobs(
                     request, delta.new_token_ids, delta.logprobs or [], offsets[index]
                 )
@@ -165,6 +211,9 @@ class OpenAIServingCompletion(OpenAIServing):
                             index=index,
                             text=text,
                             logprobs=logprobs,
+                            prompt_logprobs=self._prompt_logprobs(request, choice)
+                            if delta.prompt_logprobs is not None
+                            else None,
                             finish_reason=choice.finish_reason,
                             stop_reason=choice.stop_reason,
                             token_ids=delta.new_token_ids if request.return_token_ids else None,

@@ -172,6 +172,7 @@ class ChoiceState:
     eos_token_ids: tuple[int, ...] = ()
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[tuple | None] = field(default_factory=list)  # one entry a token
+    prompt_logprobs: list[tuple | None] | None = None  # one entry a prompt token
     text: str = ""  # decoded so far, cut at a stop string once one is found
     finish_reason: str | None = None
     # What ended a "stop": the stop string, or the stop token's id (None: EOS), as vLLM's.
@@ -199,6 +200,8 @@ class ChoiceState:
         self.token_ids += delta.new_token_ids
         if delta.logprobs is not None:
             self.logprobs += delta.logprobs
+        if delta.prompt_logprobs is not None:
+            self.prompt_logprobs = delta.prompt_logprobs
         if delta.finish_reason is not None:
             decoded += self.detokenizer.flush()
         before = len(self.text)
@@ -463,6 +466,9 @@ class OpenAIServing:
         logprobs = self.requested_logprobs(request)
         if logprobs is not None:
             options["logprobs"] = logprobs
+        prompt_logprobs = self.requested_prompt_logprobs(request)
+        if prompt_logprobs is not None:
+            options["prompt_logprobs"] = prompt_logprobs
         try:
             params = SamplingParams(**options)
         except UserError as exc:
@@ -483,6 +489,10 @@ class OpenAIServing:
     def requested_logprobs(self, request: Any) -> int | None:
         """SamplingParams.logprobs for the request (None: no log-probabilities)."""
         return None  # each endpoint has its own fields for them
+
+    def requested_prompt_logprobs(self, request: Any) -> int | None:
+        """SamplingParams.prompt_logprobs for the request (None: none)."""
+        return None
 
     def _logit_bias(self, bias: dict[str, float]) -> dict[int, float]:
         """OpenAI's logit_bias (token ids as strings, biases in [-100, 100]) as the engine's."""
