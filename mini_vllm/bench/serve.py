@@ -17,6 +17,12 @@ The server's own view comes from its `/metrics`, read before and after each run:
 decode-graph hit rate (uniform-decode steps that replayed a graph), the padding waste and the
 steps per runtime mode, counted over the run only.
 
+Requests are greedy (`"temperature": 0.0`) unless told otherwise: the sampling options of
+vLLM's benchmark (`--temperature`, `--top-p`, `--top-k`, `--min-p`, the penalties) and
+`--extra-body`, a JSON object merged into every request body; an option not given is not sent.
+`--api-key` (or $OPENAI_API_KEY) goes with every request as `Authorization: Bearer KEY`, and
+to a server the benchmark starts; it is never written to the report.
+
 The random prompts are token ids (the completions API takes them), drawn below 256 so that
 every model's vocabulary has them; their lengths are exact. `--dataset-name questions` sends
 a small shipped set of questions as text instead.
@@ -46,31 +52,60 @@ import numpy as np
 from mini_vllm.errors import UserError
 
 __all__ = [
+    "BENCHMARK_FIELDS",
     "GOODPUT_METRICS",
+    "GREEDY",
     "QUESTIONS",
+    "SAMPLING_FIELDS",
     "RequestResult",
     "SampleRequest",
     "ServeBenchReport",
     "ServeRunResult",
+    "auth_headers",
     "calculate_metrics",
     "combine_markdown",
+    "format_sampling",
     "format_serve_markdown",
     "latency_percentiles",
     "meets_slo",
+    "parse_extra_body",
     "parse_goodput",
     "parse_request_rates",
     "plot_combined",
     "plot_report",
     "random_length_bounds",
+    "request_body",
     "request_tpot",
     "run_serve_bench",
     "sample_requests",
+    "sampling_options",
     "scrape_metrics",
     "started_server",
 ]
 
 GOODPUT_METRICS = ("ttft", "tpot", "itl", "e2el")
 PROMPT_TOKEN_RANGE = 256  # random prompt ids are drawn below this: in every model's vocabulary
+# The request fields the benchmark sets itself: --extra-body may not change them.
+BENCHMARK_FIELDS = (
+    "model",
+    "prompt",
+    "max_tokens",
+    "stream",
+    "stream_options",
+    "ignore_eos",
+    "return_token_ids",
+)
+# The sampling options that are flags (--top-p for top_p), as vLLM's benchmark has them.
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+)
+GREEDY = {"temperature": 0.0}  # what a request asks for when no option is given
 
 
 # -- the dataset --------------------------------------------------------------------------------
@@ -143,6 +178,72 @@ def sample_requests(
     raise UserError(f"--dataset-name {dataset!r}: use random or questions")
 
 
+# -- the sampling options --------------------------------------------------------------------
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def parse_extra_body(text: str) -> dict:
+    """`--extra-body`: a JSON object, merged into every request body; a field the benchmark
+    sets itself (`BENCHMARK_FIELDS`) is refused."""
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(
+            f"--extra-body is not valid JSON ({exc.msg} at column {exc.colno}): give a JSON "
+            """object, quoted for the shell, e.g. --extra-body '{"stop": ["\\n\\n"]}'"""
+        ) from None
+    if not isinstance(body, dict):
+        raise UserError(
+            f"--extra-body must be a JSON object of request fields, got {type(body).__name__} "
+            f"""{text.strip()!r}: e.g. --extra-body '{{"logprobs": 2}}'"""
+        )
+    taken = [name for name in BENCHMARK_FIELDS if name in body]
+    if taken:
+        raise UserError(
+            f"--extra-body sets {', '.join(taken)}, which the benchmark sets itself (model: "
+            "--served-model-name; prompt, max_tokens: the dataset options; stream, "
+            "stream_options, return_token_ids: for the timing; ignore_eos: --ignore-eos): "
+            "leave them out of it"
+        )
+    return body
+
+
+def sampling_options(extra_body: dict | None = None, **options: float | int | None) -> dict:
+    """The sampling fields the flags send: those given (None: not sent, so that a server
+    which does not know a field still answers), and `temperature` 0.0 (greedy) unless a flag
+    or the extra body gives one. A field both a flag and `extra_body` give is refused."""
+    unknown = sorted(set(options) - set(SAMPLING_FIELDS))
+    if unknown:
+        raise TypeError(f"sampling_options() got unknown options {unknown}")
+    extra = extra_body or {}
+    twice = [name for name, value in options.items() if value is not None and name in extra]
+    if twice:
+        raise UserError(
+            f"{', '.join(twice)} given twice, by {', '.join(_flag(n) for n in twice)} and in "
+            "--extra-body: give each once"
+        )
+    fields = {name: options[name] for name in SAMPLING_FIELDS if options.get(name) is not None}
+    if "temperature" not in fields and "temperature" not in extra:
+        fields = {**GREEDY, **fields}
+    return fields
+
+
+def format_sampling(sampling: dict, extra_body: dict | None = None) -> str:
+    """`greedy`, or e.g. `temperature 0.6, top_p 0.9, extra body {"stop": ["\\n\\n"]}`."""
+    parts = []
+    for name, value in sampling.items():
+        if name == "temperature" and value == 0:
+            parts.append("greedy")
+        else:
+            parts.append(f"{name} {value:g}" if isinstance(value, float) else f"{name} {value}")
+    if extra_body:
+        parts.append(f"extra body `{json.dumps(extra_body)}`")
+    return ", ".join(parts) or "the server's defaults"
+
+
 # -- one request ------------------------------------------------------------------------------
 
 
@@ -158,20 +259,37 @@ class RequestResult:
     start_time: float = 0.0
 
 
-async def send_request(
-    client, base_url: str, model: str, request: SampleRequest, ignore_eos: bool
-) -> RequestResult:
-    """One streaming completion; the times the client saw."""
-    body = {
+def request_body(
+    model: str, request: SampleRequest, ignore_eos: bool, sampling: dict | None = None
+) -> dict:
+    """The body of one streaming completion: the benchmark's fields and `sampling` (the
+    sampling options and the extra body, merged; default: greedy)."""
+    sampling = GREEDY if sampling is None else sampling
+    taken = [name for name in BENCHMARK_FIELDS if name in sampling]
+    if taken:
+        raise UserError(f"{', '.join(taken)}: set by the benchmark, not a sampling option")
+    return {
         "model": model,
         "prompt": request.prompt,
         "max_tokens": request.output_len,
-        "temperature": 0.0,
+        **sampling,
         "stream": True,
         "stream_options": {"include_usage": True},
         "ignore_eos": ignore_eos,
         "return_token_ids": True,
     }
+
+
+async def send_request(
+    client,
+    base_url: str,
+    model: str,
+    request: SampleRequest,
+    ignore_eos: bool,
+    sampling: dict | None = None,
+) -> RequestResult:
+    """One streaming completion; the times the client saw."""
+    body = request_body(model, request, ignore_eos, sampling)
     result = RequestResult(prompt_len=request.prompt_len or 0)
     start = result.start_time = time.perf_counter()
     last = start
@@ -231,6 +349,8 @@ async def _run_load(
     seed: int,
     timeout: float,
     log: Callable[[str], None],
+    sampling: dict | None = None,
+    api_key: str | None = None,
 ) -> tuple[list[RequestResult], float]:
     import httpx
 
@@ -244,14 +364,16 @@ async def _run_load(
     async def one(client, request: SampleRequest) -> RequestResult:
         nonlocal done
         async with semaphore:
-            result = await send_request(client, base_url, model, request, ignore_eos)
+            result = await send_request(client, base_url, model, request, ignore_eos, sampling)
         done += 1
         if done % report_every == 0 or done == len(requests):
             log(f"  {done}/{len(requests)} requests done")
         return result
 
     # ANCHOR: arrivals
-    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout), limits=limits) as client:
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(timeout), limits=limits, headers=auth_headers(api_key)
+    ) as client:
         start = time.perf_counter()
         tasks = []
         for request in requests:
@@ -401,12 +523,20 @@ def server_delta(before: dict[str, float], after: dict[str, float]) -> dict[str,
 
 class started_server:
     """`python -m mini_vllm serve ...` in a child process, on a free port, until /health
-    answers 200; stopped with SIGINT (then killed if it lingers) on leaving the `with`."""
+    answers 200; stopped with SIGINT (then killed if it lingers) on leaving the `with`.
+    With `api_key`, its /v1 routes want that key (given as $MINI_VLLM_API_KEY, so that it
+    shows neither in the command logged nor in the process list); without, no key."""
 
     def __init__(
-        self, serve_args: list[str], timeout: float, log: Callable[[str], None], log_path: Path
+        self,
+        serve_args: list[str],
+        timeout: float,
+        log: Callable[[str], None],
+        log_path: Path,
+        api_key: str | None = None,
     ) -> None:
         self.args, self.timeout, self.log, self.log_path = serve_args, timeout, log, log_path
+        self.api_key = api_key
         self.process: subprocess.Popen | None = None
         self.base_url = ""
 
@@ -417,12 +547,16 @@ class started_server:
         command += ["--port", "0", "--uvicorn-log-level", "warning"]
         self.log(f"starting the server: {shlex.join(command[1:])} (log: {self.log_path})")
         self._log_file = open(self.log_path, "w", encoding="utf-8")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("MINI_VLLM_API_KEY", None)  # the server wants the benchmark's key, or none
+        if self.api_key:
+            env["MINI_VLLM_API_KEY"] = self.api_key
         self.process = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,
             stderr=self._log_file,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env=env,
         )
         first_line = self.process.stdout.readline()
         self._log_file.write(first_line)
@@ -438,7 +572,10 @@ class started_server:
             if waited > self.timeout:
                 self._fail(f"the server was not ready after {self.timeout:.0f} s")
             try:
-                if httpx.get(f"{self.base_url}/health", timeout=5).status_code == 200:
+                health = httpx.get(
+                    f"{self.base_url}/health", timeout=5, headers=auth_headers(self.api_key)
+                )
+                if health.status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -500,6 +637,10 @@ class ServeBenchReport:
     goodput_slo_ms: dict[str, float]
     runs: list[ServeRunResult]
     date: str = field(default_factory=lambda: date.today().isoformat())
+    # The sampling options sent (results from before they existed were greedy), and the
+    # --extra-body merged into every request. The API key is never kept.
+    sampling: dict = field(default_factory=lambda: dict(GREEDY))
+    extra_body: dict = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, default=float)
@@ -557,12 +698,34 @@ def _machine() -> str:
     return f"{where}; torch {torch.__version__}; Python {platform.python_version()}"
 
 
-def _model_of(base_url: str) -> str:
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """`Authorization: Bearer KEY`, sent with every request of the benchmark; none without."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _refused(base_url: str, api_key: str | None) -> UserError:
+    """What to do after a 401."""
+    if api_key:
+        return UserError(
+            f"{base_url} refused the API key (HTTP 401): pass the key the server was started "
+            "with, --api-key KEY (or $OPENAI_API_KEY)"
+        )
+    return UserError(
+        f"{base_url} wants an API key (HTTP 401): pass it with --api-key KEY (or set "
+        "$OPENAI_API_KEY)"
+    )
+
+
+def _model_of(base_url: str, api_key: str | None = None) -> str:
     import httpx
 
     try:
-        data = httpx.get(f"{base_url}/v1/models", timeout=30).json()
-        return data["data"][0]["id"]
+        response = httpx.get(f"{base_url}/v1/models", timeout=30, headers=auth_headers(api_key))
+        if response.status_code == 401:
+            raise _refused(base_url, api_key)
+        return response.json()["data"][0]["id"]
+    except UserError:
+        raise
     except Exception as exc:
         raise UserError(
             f"could not ask {base_url}/v1/models which model it serves ({exc}); check "
@@ -570,11 +733,11 @@ def _model_of(base_url: str) -> str:
         ) from None
 
 
-def _get_metrics(base_url: str) -> dict[str, float]:
+def _get_metrics(base_url: str, api_key: str | None = None) -> dict[str, float]:
     import httpx
 
     try:
-        response = httpx.get(f"{base_url}/metrics", timeout=30)
+        response = httpx.get(f"{base_url}/metrics", timeout=30, headers=auth_headers(api_key))
     except httpx.HTTPError:
         return {}
     return scrape_metrics(response.text) if response.status_code == 200 else {}
@@ -597,32 +760,53 @@ def run_serve_bench(
     server_timeout: float = 600.0,
     request_timeout: float = 600.0,
     log: Callable[[str], None] = print,
+    sampling: dict | None = None,
+    extra_body: dict | None = None,
+    api_key: str | None = None,
 ) -> ServeBenchReport:
-    """Start a server with `engine_args` unless `base_url` is given; one run per rate."""
+    """Start a server with `engine_args` unless `base_url` is given; one run per rate.
+    `sampling` (from `sampling_options`; default: greedy) and `extra_body` go into every
+    request body; `api_key` with every request, and to the server started."""
     import contextlib
 
+    sampling = dict(GREEDY) if sampling is None else dict(sampling)
+    extra_body = dict(extra_body or {})
+    fields = {**sampling, **extra_body}
+    request_body(model or "", requests[0], ignore_eos, fields)  # a field it may not set fails now
     with contextlib.ExitStack() as stack:
         if base_url is None:
             log_path = Path(tempfile.gettempdir()) / f"mini_vllm-serve-{os.getpid()}.log"
             server = stack.enter_context(
-                started_server(engine_args or [], server_timeout, log, log_path)
+                started_server(engine_args or [], server_timeout, log, log_path, api_key)
             )
             base_url = server.base_url
         base_url = base_url.rstrip("/").removesuffix("/v1")
-        model = model or _model_of(base_url)
+        model = model or _model_of(base_url, api_key)
         # One short request first: the path works, and no run pays a first-call cost.
         warm = asyncio.run(
             _run_load(
-                base_url, model, requests[:1], math.inf, 1, True, seed, request_timeout, _quiet
+                base_url,
+                model,
+                requests[:1],
+                math.inf,
+                1,
+                True,
+                seed,
+                request_timeout,
+                _quiet,
+                fields,
+                api_key,
             )
         )[0][0]
+        if warm.error.startswith("HTTP 401"):
+            raise _refused(base_url, api_key)
         if not warm.success:
             raise UserError(f"the first request to {base_url} failed: {warm.error}")
         runs = []
         for rate in request_rates:
             shown = "inf (all at once)" if math.isinf(rate) else f"{rate:g} requests/s"
             log(f"run: {len(requests)} requests at {shown}, concurrency {max_concurrency or 'any'}")
-            before = _get_metrics(base_url)
+            before = _get_metrics(base_url, api_key)
             results, duration = asyncio.run(
                 _run_load(
                     base_url,
@@ -634,13 +818,15 @@ def run_serve_bench(
                     seed,
                     request_timeout,
                     log,
+                    fields,
+                    api_key,
                 )
             )
             metrics = calculate_metrics(results, duration, percentiles, goodput_slo_ms)
             run = ServeRunResult(
                 request_rate=rate,
                 metrics=metrics,
-                server=server_delta(before, _get_metrics(base_url)),
+                server=server_delta(before, _get_metrics(base_url, api_key)),
                 itl_ms=[round(g * 1e3, 4) for r in results if r.success for g in r.itl],
                 errors=sorted({r.error for r in results if not r.success})[:5],
             )
@@ -658,6 +844,8 @@ def run_serve_bench(
         percentiles=percentiles,
         goodput_slo_ms=goodput_slo_ms,
         runs=runs,
+        sampling=sampling,
+        extra_body=extra_body,
     )
 
 
@@ -707,7 +895,8 @@ def format_serve_markdown(report: ServeBenchReport, plot_path: str | None = None
         f"output {ds['output_len']} tokens (range ratio {ds['range_ratio']}), seed {ds['seed']}"
         f"{', EOS ignored' if ds.get('ignore_eos') else ''}",
         f"- arrivals: Poisson at each request rate (inf: all at once); concurrency limit "
-        f"{report.max_concurrency or 'none'}; streaming completions, greedy",
+        f"{report.max_concurrency or 'none'}; streaming completions",
+        f"- sampling: {format_sampling(report.sampling, report.extra_body)}",
     ]
     if report.goodput_slo_ms:
         slo = ", ".join(f"{k} <= {v:g} ms" for k, v in report.goodput_slo_ms.items())
@@ -838,7 +1027,8 @@ def combine_markdown(reports: list[ServeBenchReport], command: str, title: str) 
         f"{ds['range_ratio']}), seed {ds['seed']}{', EOS ignored' if ds.get('ignore_eos') else ''}",
         "- each configuration: its own server (`python -m mini_vllm serve`), started by "
         "`python -m mini_vllm bench serve`, then one run per request rate (Poisson arrivals; "
-        "inf: all at once); streaming completions, greedy",
+        "inf: all at once); streaming completions",
+        f"- sampling: {_combined_sampling(reports)}",
         "",
         "| configuration | rate (req/s) | output tok/s | req/s | ITL P50 ms | ITL P99 ms "
         "| TTFT P50 ms | TTFT P99 ms | TPOT P50 ms | decode graph hit rate | padding waste "
@@ -870,6 +1060,13 @@ def combine_markdown(reports: list[ServeBenchReport], command: str, title: str) 
             f"{_mib(s.get('graph_memory_bytes'))} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _combined_sampling(reports: list[ServeBenchReport]) -> str:
+    shown = [format_sampling(r.sampling, r.extra_body) for r in reports]
+    if len(set(shown)) == 1:
+        return shown[0]
+    return "; ".join(f"{r.label}: {text}" for r, text in zip(reports, shown))
 
 
 def plot_combined(reports: list[ServeBenchReport], path: Path) -> bool:

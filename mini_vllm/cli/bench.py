@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -497,6 +499,66 @@ _SERVE_OPTIONS = [
         dict(type=float, default=600.0),
     ),
     ("--request-timeout", "seconds one request may take", dict(type=float, default=600.0)),
+    (
+        "--api-key",
+        "sent as `Authorization: Bearer KEY` with every request; a server the benchmark starts "
+        "wants it (default: $OPENAI_API_KEY, else no key); never written to the report",
+        dict(metavar="KEY"),
+    ),
+]
+
+
+def _number(text: str) -> float:
+    """A finite float, or an argparse error."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number")
+    return value
+
+
+def _extra_body(text: str) -> dict:
+    from mini_vllm.bench.serve import parse_extra_body
+    from mini_vllm.errors import UserError
+
+    try:
+        return parse_extra_body(text)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--extra-body ")) from None
+
+
+# The sampling options of `bench serve`, as vllm bench serve's; one not given is not sent.
+_SAMPLING_OPTIONS = [
+    (
+        "--temperature",
+        "sampling temperature; 0 is greedy (default: 0.0, greedy, unless --extra-body gives one)",
+        dict(type=_number),
+    ),
+    (
+        "--top-p",
+        "top-p (nucleus) sampling: the smallest set of tokens of this mass",
+        dict(type=_number),
+    ),
+    ("--top-k", "top-k sampling: the k most likely tokens (-1: all)", dict(type=int)),
+    ("--min-p", "min-p sampling: tokens at least this times the likeliest's", dict(type=_number)),
+    ("--presence-penalty", "penalty on tokens already generated", dict(type=_number)),
+    ("--frequency-penalty", "penalty per time a token was generated", dict(type=_number)),
+    (
+        "--repetition-penalty",
+        "penalty on tokens of the prompt and the output (1: none)",
+        dict(type=_number),
+    ),
+    (
+        "--extra-body",
+        "a JSON object merged into every request body, e.g. "
+        """'{"stop": ["\\n\\n"], "logprobs": 2}' (not the fields the benchmark sets: """
+        "model, prompt, max_tokens, stream, stream_options, ignore_eos, return_token_ids)",
+        dict(type=_extra_body, metavar="JSON"),
+    ),
 ]
 
 
@@ -510,6 +572,11 @@ def _add_serve(p: argparse.ArgumentParser) -> None:
     add_engine_options(p)
     group = p.add_argument_group("benchmark options (as vllm bench serve)")
     for flag, help_text, kwargs in _SERVE_OPTIONS:
+        option(group, flag, help_text, **kwargs)
+    group = p.add_argument_group(
+        "sampling options (as vllm bench serve's; one not given is not sent)"
+    )
+    for flag, help_text, kwargs in _SAMPLING_OPTIONS:
         option(group, flag, help_text, **kwargs)
     _add_output_options(p, "benchmarks/results/serve-<device>.md, and a .png plot beside it")
 
@@ -542,16 +609,18 @@ def _serve_command_line(args: argparse.Namespace) -> str:
             if defaults.get(flag) != value:
                 words += [flag, value]
         words += engine[6:]
-    for flag, _, kwargs in _SERVE_OPTIONS:
+    for flag, _, kwargs in _SERVE_OPTIONS + _SAMPLING_OPTIONS:
         value = getattr(args, flag[2:].replace("-", "_"))
         if value is None or value is False or value == kwargs.get("default"):
             continue
-        if flag in ("--base-url", "--save-json"):
+        if flag in ("--base-url", "--save-json", "--api-key"):  # never the key
             continue
         if value is True:
             words.append(flag)
         elif isinstance(value, list):
             words += [flag, *value]
+        elif isinstance(value, dict):
+            words += [flag, json.dumps(value)]
         else:
             words += [flag, str(value)]
     if args.output:
@@ -561,18 +630,29 @@ def _serve_command_line(args: argparse.Namespace) -> str:
 
 def _run_serve(args: argparse.Namespace) -> int:
     from mini_vllm.bench.serve import (
+        SAMPLING_FIELDS,
         format_serve_markdown,
         parse_goodput,
         parse_request_rates,
         plot_report,
         run_serve_bench,
         sample_requests,
+        sampling_options,
     )
     from mini_vllm.cli.serve import engine_argv, engine_kwargs, require_serving_packages
     from mini_vllm.engine.engine_config import EngineConfig
     from mini_vllm.errors import UserError
 
     require_serving_packages()
+    extra_body = args.extra_body or {}
+    sampling = sampling_options(
+        extra_body, **{name: getattr(args, name) for name in SAMPLING_FIELDS}
+    )
+    api_key = args.api_key
+    if api_key is None:
+        api_key = os.environ.get("OPENAI_API_KEY") or None
+    elif not api_key.strip():
+        raise UserError("--api-key is empty: give the server's key, or leave --api-key out")
     rates = parse_request_rates(args.request_rate)
     slo = parse_goodput(args.goodput)
     try:
@@ -624,6 +704,9 @@ def _run_serve(args: argparse.Namespace) -> int:
         server_timeout=args.server_timeout,
         request_timeout=args.request_timeout,
         log=_say,
+        sampling=sampling,
+        extra_body=extra_body,
+        api_key=api_key,
     )
     plot_path = None
     if not args.no_output:
