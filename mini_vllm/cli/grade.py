@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,11 +107,19 @@ def format_table(results: list[TestResult]) -> str:
     for r in results:
         by_step[(r.lab, r.step)].append(r)
     rows = [("lab", "step", "passed", "note")]
-    for (lab, step), group in sorted(by_step.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-        passed = sum(r.outcome == "passed" for r in group)
-        skipped = sum(r.outcome == "skipped" for r in group)
-        note = f"{skipped} skipped (GPU-REQ without a GPU)" if skipped else ""
-        rows.append((lab, "-" if step is None else str(step), f"{passed}/{len(group)}", note))
+    labs = sorted({lab for lab, _ in by_step})
+    for lab in labs:
+        steps = sorted((step for name, step in by_step if name == lab), key=lambda s: s or 0)
+        for step in steps:
+            group = by_step[(lab, step)]
+            passed = sum(r.outcome == "passed" for r in group)
+            skipped = sum(r.outcome == "skipped" for r in group)
+            note = f"{skipped} skipped (GPU-REQ without a GPU)" if skipped else ""
+            rows.append((lab, "-" if step is None else str(step), f"{passed}/{len(group)}", note))
+        if len(labs) > 1:  # the lab's own total, when several labs share the table
+            mine = [r for r in results if r.lab == lab]
+            passed = sum(r.outcome == "passed" for r in mine)
+            rows.append((lab, "all", f"{passed}/{len(mine)}", "lab total"))
     total = sum(r.outcome == "passed" for r in results)
     rows.append(("total", "", f"{total}/{len(results)}", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
@@ -183,10 +192,21 @@ def run(args: argparse.Namespace) -> int:
             where = args.results_json
             raise UserError(f"--results-json {where}: cannot write there ({exc})") from None
     labs = select_labs(args.labs)
+    if not args.labs and len(labs) > 1:
+        print(
+            f"grading all {len(labs)} labs, one pytest run each (several minutes); one lab: "
+            f"python -m mini_vllm grade {lab_key(labs[0])}",
+            file=sys.stderr,
+        )
     results: list[TestResult] = []
     for i, lab in enumerate(labs, 1):
-        print(f"[{i}/{len(labs)}] {lab_key(lab)} ...", file=sys.stderr, flush=True)
-        results += run_lab(lab, args.impl, args.submission)
+        print(f"[{i}/{len(labs)}] {lab_key(lab)} ...", file=sys.stderr, end="", flush=True)
+        start = time.perf_counter()
+        mine = run_lab(lab, args.impl, args.submission)
+        passed = sum(r.outcome == "passed" for r in mine)
+        seconds = time.perf_counter() - start
+        print(f" {passed}/{len(mine)} passed in {seconds:.0f} s", file=sys.stderr, flush=True)
+        results += mine
     print(format_table(results))
     if args.results_json is not None:
         args.results_json.write_text(json.dumps(gradescope_results(results), indent=1) + "\n")
