@@ -238,7 +238,8 @@ class LLMEngine:
         # Requests the failed step finished: the next step reports them.
         self._ended_in_failed_step = [s for s in self._unreported.values() if s.is_finished]
         self.stats.num_steps_taken_back += 1
-        if hasattr(exc, "add_note"):  # Python 3.11+
+        executor_failed = self.model_executor is not None and self.model_executor.failed
+        if hasattr(exc, "add_note") and not executor_failed:  # Python 3.11+
             exc.add_note(
                 f"mini_vllm took the step back: {len(requests)} unfinished request(s) wait to "
                 "be recomputed and the engine can go on (LLM.generate aborts its own requests)"

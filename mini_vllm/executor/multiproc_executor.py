@@ -46,6 +46,7 @@ from mini_vllm.distributed.parallel_state import (
 
 __all__ = ["MultiprocExecutor", "rank_device"]
 
+_PIPE_CLOSED = "(its pipe closed)"
 # How long a worker may take to leave after it was asked to, before it is killed.
 SHUTDOWN_GRACE_S = 5.0
 
@@ -213,15 +214,16 @@ class MultiprocExecutor:
         try:
             return worker.conn.recv()
         except (EOFError, OSError):
-            return "error", "(its pipe closed)"
+            return "error", _PIPE_CLOSED
 
     def _fail(self, what: str, cause: BaseException | None = None):
         """Raise one error that says which rank parted and why; end the workers."""
         reasons = []
         for worker in self.workers:
             worker.process.join(0.5)  # a rank that crashed has an exit code by now
-            if worker.conn.poll(0):
-                _, detail = self._receive(worker)
+            # What it sent before it went (a closed pipe also polls as readable).
+            what, detail = self._receive(worker) if worker.conn.poll(0) else ("", None)
+            if what == "error" and detail != _PIPE_CLOSED:
                 reasons.append(f"rank {worker.rank} raised:\n{str(detail).strip()}")
             elif not worker.process.is_alive():
                 reasons.append(
@@ -239,6 +241,11 @@ class MultiprocExecutor:
         )
         self.shutdown()
         raise RuntimeError(self._failure) from cause
+
+    @property
+    def failed(self) -> bool:
+        """The ranks parted: every later step is refused."""
+        return self._failure is not None
 
     def shutdown(self) -> None:
         """End the workers and leave the process group (also when this object is collected)."""
