@@ -29,6 +29,10 @@ The engine (what `LLM` runs)
                       (vllm/v1/attention/, vllm/attention/selector.py)
     weights/          GGUF and safetensors readers, the converted-weights cache
                       (vllm/model_executor/model_loader/)
+    distributed/      tensor parallelism's process group and collectives, the all-reduce op
+                      (vllm/distributed/parallel_state.py, communication_op.py)
+    executor/         one process a tensor-parallel rank, each step sent to all
+                      (vllm/v1/executor/multiproc_executor.py)
     tokenizer.py      tokenizers and incremental detokenisation (vllm/transformers_utils/)
     envs.py           every MINI_VLLM_* environment switch (vllm/envs.py)
     utils.py          small helpers shared by the engine and the tools (vllm/utils/)

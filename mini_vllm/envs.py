@@ -26,6 +26,9 @@ Read them as attributes: `from mini_vllm import envs; envs.MINI_VLLM_PDL`.
                          (compilation/caching/aot_cache.py); "0": trace and compile at
                          every start (vLLM: VLLM_DISABLE_COMPILE_CACHE=1)
     MINI_VLLM_DEBUG      "1" (anything but "0"): the command line shows a user error's traceback too
+    MINI_VLLM_TP_TIMEOUT_S seconds a tensor-parallel collective waits for the other ranks
+                         before it fails (default 60): a rank that died or skipped a step
+                         is then an error, not a hang (mini_vllm/executor/multiproc_executor.py)
 
 Outside the package: the labs read MINI_VLLM_IMPL and MINI_VLLM_STARTER_DIR
 (labs/labkit.py), the set-up script MINI_VLLM_VENV and MINI_VLLM_TORCH_SPEC
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
     MINI_VLLM_TILE_TIMING: str = "graph"
     MINI_VLLM_COMPILE_CACHE: bool = True
     MINI_VLLM_DEBUG: bool = False
+    MINI_VLLM_TP_TIMEOUT_S: float = 60.0
 
 
 def _choice(name: str, default: str, allowed: tuple[str, ...]) -> Callable[[], str]:
@@ -58,6 +62,20 @@ def _choice(name: str, default: str, allowed: tuple[str, ...]) -> Callable[[], s
             raise UserError(
                 f"{name}={value!r} is not understood; set it to one of: {', '.join(allowed)}"
             )
+        return value
+
+    return read
+
+
+def _positive_seconds(name: str, default: float) -> Callable[[], float]:
+    def read() -> float:
+        text = os.environ.get(name, "").strip()
+        try:
+            value = float(text) if text else default
+        except ValueError:
+            value = -1.0
+        if not value > 0:
+            raise UserError(f"{name}={text!r} is not understood; set it to a number of seconds > 0")
         return value
 
     return read
@@ -80,6 +98,7 @@ environment_variables: dict[str, Callable[[], Any]] = {
     "MINI_VLLM_COMPILE_CACHE": lambda: _choice("MINI_VLLM_COMPILE_CACHE", "1", _on_off)() == "1",
     # Read while reporting another error, so it never raises one of its own: anything but 0 is on.
     "MINI_VLLM_DEBUG": lambda: os.environ.get("MINI_VLLM_DEBUG", "0").strip() not in ("", "0"),
+    "MINI_VLLM_TP_TIMEOUT_S": _positive_seconds("MINI_VLLM_TP_TIMEOUT_S", 60.0),
 }
 
 

@@ -22,6 +22,7 @@ from mini_vllm.engine.llm_engine import LLMEngine
 from mini_vllm.engine.sequence import Sequence
 from mini_vllm.engine.stats import EngineStats
 from mini_vllm.errors import UserError
+from mini_vllm.executor.multiproc_executor import MultiprocExecutor, rank_device
 from mini_vllm.models.loader import load_model, load_model_config, resolve_device, resolve_dtype
 from mini_vllm.outputs import CompletionOutput, Logprob, RequestOutput
 from mini_vllm.sampling_params import SamplingParams
@@ -41,22 +42,32 @@ class LLM:
         # The KV cache is checked against the model's shape before the weights load.
         device = resolve_device(config.device)
         model_config = load_model_config(config.model)
+        config.check_tensor_parallel(model_config)
         dtype = resolve_dtype(config.dtype, device)
         memory = device_memory(device)
         if device.type == "cuda":  # the weights load next: count them as held already
             memory["in_use_bytes"] += model_config.num_parameters() * dtype.itemsize
         plan_kv_cache(config, model_config, dtype, device, **memory)
         start = time.perf_counter()
-        loaded, tokenizer, _ = load_model(
-            config.model,
-            device=config.device,
-            dtype=config.dtype,
-            seed=config.seed,
-            custom_ops=config.custom_ops,
-        )
-        # Seconds to build the model and fill its weights (vLLM logs "Model loading took").
-        self.load_seconds = time.perf_counter() - start
-        self._build(config, loaded, tokenizer)
+        # Tensor parallelism: the other ranks start now and load their shards meanwhile.
+        executor = MultiprocExecutor(config) if config.tensor_parallel_size > 1 else None
+        try:
+            loaded, tokenizer, _ = load_model(
+                config.model,
+                device=rank_device(config.device, 0) if executor else config.device,
+                dtype=config.dtype,
+                seed=config.seed,
+                custom_ops=config.custom_ops,
+            )
+            if executor is not None:
+                executor.wait_for_workers_loaded()
+            # Seconds to build the model and fill its weights (vLLM logs "Model loading took").
+            self.load_seconds = time.perf_counter() - start
+            self._build(config, loaded, tokenizer, model_executor=executor)
+        except BaseException:
+            if executor is not None:
+                executor.shutdown()
+            raise
 
     @classmethod
     def from_model(cls, loaded_model, tokenizer=None, **engine_kwargs: object) -> LLM:
@@ -65,6 +76,12 @@ class LLM:
         The device and dtype default to those of the model's weights; `model=` may name
         where it came from, for messages and statistics.
         """
+        if engine_kwargs.get("tensor_parallel_size", 1) != 1:
+            raise UserError(
+                "LLM.from_model runs the model it is given, in this process: "
+                "tensor_parallel_size > 1 needs LLM(model_name, tensor_parallel_size=N), "
+                "which loads each rank's shard"
+            )
         weight = next(loaded_model.parameters())
         engine_kwargs.setdefault("device", weight.device.type)
         engine_kwargs.setdefault("dtype", str(weight.dtype).removeprefix("torch."))
@@ -78,10 +95,23 @@ class LLM:
         )
         return llm
 
-    def _build(self, config: EngineConfig, model, tokenizer, capture_progress: bool = True) -> None:
+    def _build(
+        self,
+        config: EngineConfig,
+        model,
+        tokenizer,
+        capture_progress: bool = True,
+        model_executor: MultiprocExecutor | None = None,
+    ) -> None:
         self.config = config
         self.tokenizer = tokenizer if tokenizer is not None else default_tokenizer(model.config)
-        self.engine = LLMEngine(config, model, self.tokenizer, capture_progress=capture_progress)
+        self.engine = LLMEngine(
+            config,
+            model,
+            self.tokenizer,
+            capture_progress=capture_progress,
+            model_executor=model_executor,
+        )
         self._one_caller = OneCallerAtATime(
             "LLM.generate",
             advice="use one LLM per thread, or one thread that owns the LLM and takes prompts "

@@ -98,6 +98,11 @@ ENGINE_FLAGS: dict[str, tuple[str, dict]] = {
         "plan step N+1 while the device runs step N",
         dict(action="store_true"),
     ),
+    "tensor_parallel_size": (
+        "ranks the model is split over, one process each on this machine (CPU: at most the "
+        "cores; CUDA: GPUs 0..N-1); eager only for now",
+        dict(type=int, default=1),
+    ),
 }
 
 

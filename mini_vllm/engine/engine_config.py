@@ -45,6 +45,8 @@ CPU_BATCH_LIMITS = (16, 2048)
 LARGE_GPU_BYTES = 70 * 2**30
 # vLLM's largest block size choice; a larger block only wastes its unused tail.
 MAX_BLOCK_SIZE = 256
+# The GPUs of one machine, at most; mini_vllm has no multi-machine executor.
+MAX_TENSOR_PARALLEL_SIZE = 8
 
 
 def _is_int(value: object) -> bool:
@@ -127,9 +129,13 @@ class EngineConfig:
     # Plan step N+1 while the device computes step N (vLLM: --async-scheduling); see
     # mini_vllm/engine/async_scheduler.py. Tokens are the same; steps overlap.
     async_scheduling: bool = False
+    # Ranks the model is split over, one process each on this machine (vLLM's name):
+    # mini_vllm/executor/multiproc_executor.py. 1: the single-process engine.
+    tensor_parallel_size: int = 1
 
     def __post_init__(self) -> None:
         self._check_fields()
+        self._check_tensor_parallel_size()
         self._resolve_batch_limits()
         if self.cudagraph_capture_sizes is not None:
             normalize_capture_sizes(self.cudagraph_capture_sizes, self.max_num_batched_tokens)
@@ -242,6 +248,71 @@ class EngineConfig:
             )
 
     # ANCHOR_END: check_fields
+
+    # ANCHOR: check_tensor_parallel
+    def _check_tensor_parallel_size(self) -> None:
+        tp = self.tensor_parallel_size
+        if not _is_int(tp) or not 1 <= tp <= MAX_TENSOR_PARALLEL_SIZE:
+            raise UserError(
+                f"tensor_parallel_size must be an integer from 1 to {MAX_TENSOR_PARALLEL_SIZE} "
+                f"(the ranks of one machine), got {tp!r}"
+            )
+        if tp == 1:
+            return
+        if self.device == "cpu":
+            cores = os.cpu_count() or 1
+            if tp > cores:
+                raise UserError(
+                    f"tensor_parallel_size={tp} on the CPU needs a core a rank, but this "
+                    f"machine has {cores}; give at most {cores}"
+                )
+        else:
+            gpus = torch.cuda.device_count()
+            if self.device != "cuda":
+                raise UserError(
+                    f"tensor_parallel_size={tp} puts rank r on cuda:r; give device='cuda', "
+                    f"not {self.device!r}"
+                )
+            if tp > gpus:
+                raise UserError(
+                    f"tensor_parallel_size={tp} needs {tp} GPUs, this machine has {gpus}"
+                )
+        if self.async_scheduling:
+            raise UserError(
+                "async_scheduling with tensor_parallel_size > 1 is not supported yet; "
+                "drop one of the two"
+            )
+        graphs = self.cudagraph_mode is not None and (
+            CUDAGraphMode.from_name(self.cudagraph_mode) is not CUDAGraphMode.NONE
+        )
+        compiled = CompilationMode.from_name(self.compilation_mode) is not CompilationMode.NONE
+        if (graphs or compiled) and not self.enforce_eager:
+            raise UserError(
+                "tensor_parallel_size > 1 runs eagerly for now (graphs and compilation with "
+                "collectives in them are not supported yet): leave cudagraph_mode and "
+                "compilation_mode unset, or pass enforce_eager=True"
+            )
+        self.cudagraph_mode = CUDAGraphMode.NONE
+
+    def check_tensor_parallel(self, model_config) -> None:
+        """Whether the model splits over `tensor_parallel_size` ranks (before any allocation)."""
+        tp = self.tensor_parallel_size
+        heads, kv_heads = model_config.num_attention_heads, model_config.num_key_value_heads
+        problems = []
+        if heads % tp:
+            problems.append(f"its {heads} attention heads")
+        if kv_heads % tp and tp % kv_heads:  # split, or each KV head on tp / kv_heads ranks
+            problems.append(f"its {kv_heads} KV heads (nor is {tp} a multiple of them)")
+        if model_config.intermediate_size % tp:
+            problems.append(f"its MLP width {model_config.intermediate_size}")
+        if problems:
+            divisors = [n for n in range(1, MAX_TENSOR_PARALLEL_SIZE + 1) if heads % n == 0]
+            raise UserError(
+                f"tensor_parallel_size={tp} does not divide {' and '.join(problems)} of "
+                f"{self.model!r}; the head count divides by {divisors}"
+            )
+
+    # ANCHOR_END: check_tensor_parallel
 
     def _resolve_batch_limits(self) -> None:
         """Give an unset max_num_seqs / max_num_batched_tokens the device's default.

@@ -3,8 +3,9 @@
 vLLM counterpart: vllm/v1/engine/llm_engine.py and vllm/v1/engine/core.py
 (`EngineCore.step`: schedule, execute the model, update from the output;
 `LLMEngine.abort_request`). nano-vllm: nanovllm/engine/llm_engine.py. Everything runs
-in one process here; vLLM runs the scheduler and the workers in separate processes and
-overlaps them.
+in one process here (with tensor parallelism, rank 0: the other ranks' processes run what
+`MultiprocExecutor` sends them); vLLM runs the scheduler and the workers in separate
+processes and overlaps them.
 
 Failure rules: a request the model cannot take (token ids outside its vocabulary, an
 empty prompt) is refused by `add_request` with a UserError, before it is queued. A step
@@ -24,6 +25,7 @@ from collections.abc import Hashable, Iterable
 
 import torch
 
+from mini_vllm.distributed.parallel_state import get_tp_group
 from mini_vllm.engine.async_scheduler import AsyncScheduler
 from mini_vllm.engine.block_manager import BlockManager
 from mini_vllm.engine.engine_config import EngineConfig
@@ -34,6 +36,7 @@ from mini_vllm.engine.scheduler_output import SchedulerOutput
 from mini_vllm.engine.sequence import FinishReason, Sequence, as_token_id
 from mini_vllm.engine.stats import EngineStats
 from mini_vllm.errors import UserError
+from mini_vllm.executor.multiproc_executor import MultiprocExecutor
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.utils import OneCallerAtATime
 
@@ -47,8 +50,11 @@ class LLMEngine:
         model: torch.nn.Module,
         tokenizer=None,
         capture_progress: bool = True,
+        model_executor: MultiprocExecutor | None = None,
     ) -> None:
         self.config = config
+        # Tensor parallelism: the other ranks' processes; None for the single-process engine.
+        self.model_executor = model_executor
         self.model = model
         self.tokenizer = tokenizer
         weight = next(model.parameters())
@@ -58,7 +64,9 @@ class LLMEngine:
         plan = plan_kv_cache(
             config, model.config, weight.dtype, weight.device, **device_memory(weight.device)
         )
-        self.max_model_len, num_blocks = plan.max_model_len, plan.num_blocks
+        self.max_model_len = plan.max_model_len
+        # Every rank's cache gets as many blocks as the smallest can hold (one rank of one: this).
+        num_blocks = get_tp_group().all_reduce_min(plan.num_blocks)
         self.block_manager = BlockManager(
             num_blocks, config.block_size, enable_prefix_caching=config.enable_prefix_caching
         )
@@ -68,6 +76,8 @@ class LLMEngine:
             config.scheduler_config(self.max_model_len), self.block_manager, eos_token_id=eos
         )
         self.runner = ModelRunner(model, config, self.max_model_len, num_blocks)
+        if model_executor is not None:
+            model_executor.driver_runner = self.runner
         # ANCHOR_END: engine_init
         # Phase 05: compile (if asked), then capture every graph now, before serving;
         # the capture window then closes.
@@ -179,9 +189,14 @@ class LLMEngine:
     def _step_sync(self) -> list[Sequence]:
         output = self.scheduler.schedule()
         self._check_progress(output)
-        sampled = self.runner.execute_model(output) if not output.is_empty else []
+        sampled = self._execute_model(output) if not output.is_empty else []
         finished = self.scheduler.update_from_output(output, sampled)
         return self._after_step(output, finished)
+
+    def _execute_model(self, output: SchedulerOutput) -> list[int | None]:
+        if self.model_executor is not None:  # tensor parallelism: every rank runs the step
+            return self.model_executor.execute_model(output)
+        return self.runner.execute_model(output)
 
     # ANCHOR_END: engine_step
 
@@ -223,7 +238,8 @@ class LLMEngine:
         # Requests the failed step finished: the next step reports them.
         self._ended_in_failed_step = [s for s in self._unreported.values() if s.is_finished]
         self.stats.num_steps_taken_back += 1
-        if hasattr(exc, "add_note"):  # Python 3.11+
+        executor_failed = self.model_executor is not None and self.model_executor.failed
+        if hasattr(exc, "add_note") and not executor_failed:  # Python 3.11+
             exc.add_note(
                 f"mini_vllm took the step back: {len(requests)} unfinished request(s) wait to "
                 "be recomputed and the engine can go on (LLM.generate aborts its own requests)"

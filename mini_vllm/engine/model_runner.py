@@ -48,6 +48,7 @@ from mini_vllm.config.compilation import (
     CUDAGraphMode,
     resolve_cudagraph_mode,
 )
+from mini_vllm.distributed.parallel_state import get_tensor_model_parallel_rank
 from mini_vllm.engine.cudagraph_dispatcher import CudagraphDispatcher
 from mini_vllm.engine.engine_config import EngineConfig
 from mini_vllm.engine.input_batch import StepArrays, WrittenStep, gather_step, write_step
@@ -125,6 +126,7 @@ class ModelRunner:
     ) -> None:
         self.model = model
         self.config = config
+        self.tp_rank = get_tensor_model_parallel_rank()
         weight = next(model.parameters())
         self.device, self.dtype = weight.device, weight.dtype
         mc = model.config
@@ -143,7 +145,7 @@ class ModelRunner:
             mc.num_hidden_layers,
             num_kv_blocks,
             config.block_size,
-            mc.num_key_value_heads,
+            attention_layers(model)[0].num_kv_heads,  # this rank's: all of them with one rank
             mc.head_dim,
             self.dtype,
             self.device,
@@ -429,7 +431,11 @@ class ModelRunner:
             else:
                 rows = async_tensor_h2d(inputs.logits_indices, torch.long, self.device)
                 selected = hidden_states.index_select(0, rows)
-            logits = self.model.compute_logits(selected)
+            logits = self.model.compute_logits(selected)  # every rank joins its gather
+            if self.tp_rank > 0:
+                # Only rank 0 samples: the others' random draws could never disagree with
+                # its own, and their tokens are not needed (vLLM reads rank 0's output).
+                return sampled
             scheduled = output.scheduled
             seqs = [scheduled[row].seq for row in sampling_rows]
             params = [seq.sampling_params for seq in seqs]

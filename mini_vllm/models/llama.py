@@ -16,6 +16,10 @@ vLLM's conventions, kept on purpose:
 - Fused projections (`qkv_proj`, `gate_up_proj`): fewer, fuller matrix products.
 - Attention is its own layer (`self.attn`) with no weights: the seam where backends
   are swapped and where later phases split the forward for graphs and compile.
+- Tensor parallelism lives in the layers (mini_vllm/layers/linear.py): qkv and gate_up
+  are column-parallel, o and down row-parallel (an all-reduce each), so a rank holds
+  `heads / tp` query heads and its share of the KV heads, and the code below reads the
+  same for one rank or eight.
 """
 
 from __future__ import annotations
@@ -26,13 +30,18 @@ import torch
 from torch import nn
 
 from mini_vllm.compilation.decorators import support_torch_compile
+from mini_vllm.distributed.parallel_state import get_tensor_model_parallel_world_size
 from mini_vllm.errors import UserError
 from mini_vllm.layers.activation import SiluAndMul
 from mini_vllm.layers.attention import Attention
 from mini_vllm.layers.layernorm import RMSNorm
-from mini_vllm.layers.linear import MergedColumnLinear, QKVLinear, ReplicatedLinear
+from mini_vllm.layers.linear import (
+    MergedColumnParallelLinear,
+    QKVParallelLinear,
+    RowParallelLinear,
+)
 from mini_vllm.layers.rotary_embedding import RotaryEmbedding
-from mini_vllm.layers.vocab_embedding import LMHead, VocabEmbedding
+from mini_vllm.layers.vocab_embedding import ParallelLMHead, VocabParallelEmbedding
 from mini_vllm.models.config import LlamaConfig
 
 __all__ = ["LlamaAttention", "LlamaDecoderLayer", "LlamaForCausalLM", "LlamaMLP", "LlamaModel"]
@@ -53,9 +62,11 @@ class LlamaMLP(nn.Module):
 
     def __init__(self, hidden_size: int, intermediate_size: int) -> None:
         super().__init__()
-        self.gate_up_proj = MergedColumnLinear(hidden_size, [intermediate_size, intermediate_size])
+        self.gate_up_proj = MergedColumnParallelLinear(
+            hidden_size, [intermediate_size, intermediate_size]
+        )
         self.act_fn = SiluAndMul()
-        self.down_proj = ReplicatedLinear(intermediate_size, hidden_size)
+        self.down_proj = RowParallelLinear(intermediate_size, hidden_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.act_fn(self.gate_up_proj(x)))
@@ -67,20 +78,20 @@ class LlamaMLP(nn.Module):
 class LlamaAttention(nn.Module):
     def __init__(self, config: LlamaConfig, layer_idx: int, rotary_emb: RotaryEmbedding) -> None:
         super().__init__()
-        self.q_size = config.q_size
-        self.kv_size = config.kv_size
-        self.qkv_proj = QKVLinear(
+        self.qkv_proj = QKVParallelLinear(
             config.hidden_size,
             config.head_dim,
             config.num_attention_heads,
             config.num_key_value_heads,
         )
-        self.o_proj = ReplicatedLinear(config.q_size, config.hidden_size)
+        # This rank's heads: all of them with one rank.
+        self.q_size, self.kv_size = self.qkv_proj.q_size, self.qkv_proj.kv_size
+        self.o_proj = RowParallelLinear(config.q_size, config.hidden_size)
         self.rotary_emb = rotary_emb
         self.attn = Attention(
             layer_idx,
-            config.num_attention_heads,
-            config.num_key_value_heads,
+            self.qkv_proj.num_heads,
+            self.qkv_proj.num_kv_heads,
             config.head_dim,
             scale=config.head_dim**-0.5,
         )
@@ -135,7 +146,7 @@ class LlamaModel(nn.Module):
     def __init__(self, config: LlamaConfig, rope_is_neox_style: bool = True) -> None:
         super().__init__()
         self.config = config
-        self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
         # One cos/sin table shared by all layers (vLLM's `get_rope` caches it the same
         # way): at 8192 positions it is 2 MB, times 30 layers otherwise.
         rotary_emb = RotaryEmbedding(
@@ -181,7 +192,7 @@ class LlamaForCausalLM(nn.Module):
         self.config = config
         self.model = LlamaModel(config, rope_is_neox_style)
         # ANCHOR: tied_head
-        self.lm_head = LMHead(config.vocab_size, config.hidden_size)
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         # ANCHOR_END: tied_head
@@ -201,8 +212,9 @@ class LlamaForCausalLM(nn.Module):
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         """Copy checkpoint tensors (Hugging Face names) into this model's parameters.
 
-        Separate q/k/v and gate/up tensors land in their rows of the fused matrices.
-        Raises if a tensor has no home or a parameter got no tensor.
+        Separate q/k/v and gate/up tensors land in their rows of the fused matrices; under
+        tensor parallelism each layer's `weight_loader` keeps this rank's shard. Raises if
+        a tensor has no home or a parameter got no tensor.
         """
         params = dict(self.named_parameters(remove_duplicate=False))
         loaded: set[str] = set()
@@ -227,6 +239,10 @@ class LlamaForCausalLM(nn.Module):
                     unexpected.append(name)
                     continue
                 param = params[name]
+                if get_tensor_model_parallel_world_size() > 1 and hasattr(param, "weight_loader"):
+                    param.weight_loader(param, tensor)  # keeps this rank's shard
+                    loaded.add(name)
+                    continue
                 if tuple(param.shape) != tuple(tensor.shape):
                     raise UserError(
                         f"{name}: checkpoint shape {tuple(tensor.shape)}, "
@@ -276,6 +292,11 @@ class LlamaForCausalLM(nn.Module):
         Lets transformers' LlamaForCausalLM run the very same weights (the reference
         in tests and benchmarks).
         """
+        if get_tensor_model_parallel_world_size() > 1:
+            raise RuntimeError(
+                "hf_state_dict gives the whole model's weights, but this rank holds a "
+                "tensor-parallel shard of them; build the model with one rank to export it"
+            )
         q, kv = self.config.q_size, self.config.kv_size
         inter = self.config.intermediate_size
         for name, param in self.named_parameters():

@@ -32,6 +32,11 @@ from pathlib import Path
 import torch
 
 from mini_vllm import _custom_ops as ops
+from mini_vllm.distributed.parallel_state import (
+    GroupCoordinator,
+    get_tensor_model_parallel_world_size,
+    patch_tensor_parallel_group,
+)
 from mini_vllm.errors import UserError
 from mini_vllm.models.config import MODEL_CONFIGS, LlamaConfig, get_model_config
 from mini_vllm.models.llama import LlamaForCausalLM
@@ -280,6 +285,8 @@ def load_model(
 
 
 def _load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int, progress: bool):
+    if get_tensor_model_parallel_world_size() > 1:
+        return _load_shard(name, device, dtype, seed, progress)
     if name == DEFAULT_MODEL:
         model, tokenizer, config = _load_smollm2(device, dtype, progress)
     elif name in MODEL_CONFIGS:
@@ -290,6 +297,23 @@ def _load_model(name: str, device: torch.device, dtype: torch.dtype, seed: int, 
     else:
         load_model_config(name)  # refuses a name that is neither a model nor a directory
         model, tokenizer, config = _load_hf_dir(Path(name).expanduser(), device, dtype)
+    model.process_weights_after_loading()
+    model.eval()
+    return model, tokenizer, config
+
+
+def _load_shard(name: str, device: torch.device, dtype: torch.dtype, seed: int, progress: bool):
+    """This rank's shard of the model: the whole model is read on the CPU as one rank
+    would, then every layer's `weight_loader` keeps its shard. Simple and the same for
+    all three sources (random weights are then the very numbers of one rank); each rank
+    holds the whole model in host memory while it loads (vLLM instead reads each
+    checkpoint tensor, or the slice of it, once)."""
+    with patch_tensor_parallel_group(GroupCoordinator.single()):
+        whole, tokenizer, config = _load_model(name, torch.device("cpu"), dtype, seed, progress)
+        weights = list(whole.hf_state_dict())
+    model = build_model(config, device, dtype)
+    model.load_weights(weights)
+    del whole, weights
     model.process_weights_after_loading()
     model.eval()
     return model, tokenizer, config

@@ -83,7 +83,7 @@ def test_none_runs_every_layer_natively_and_gives_the_same_tokens():
 def test_one_op_off_leaves_the_others_on():
     llm = LLM("tiny", custom_ops="-rms_norm", max_num_seqs=4)
     on = {type(layer).__name__: layer.use_kernels for layer in custom_op_layers(llm)}
-    assert on["RMSNorm"] is False and on["ReplicatedLinear"] and on["RotaryEmbedding"]
+    assert on["RMSNorm"] is False and on["RowParallelLinear"] and on["RotaryEmbedding"]
 
 
 def test_an_engine_sets_the_switch_on_a_model_built_for_another():

@@ -1,0 +1,252 @@
+"""Tensor parallelism on one machine: one process a rank, each step's call sent to every one.
+
+vLLM counterpart: vllm/v1/executor/multiproc_executor.py (`MultiprocExecutor`, `WorkerProc`:
+one process per rank, a shared-memory broadcast queue carries each step's call, only rank
+0's output is read, a monitor ends everything when a worker dies). The shape here is
+nano-vllm's (nanovllm/engine/llm_engine.py and model_runner.py): ranks 1..N-1 are spawned
+with `mp.get_context("spawn")`, rank 0 runs in the engine's own process next to the
+scheduler, and each step rank 0 sends `(method, args)` to the workers and runs the same
+method itself. nano-vllm writes the call into shared memory and sets an event per worker;
+here each worker has a pipe, which costs a pickle a step but tells the driver at once
+when the worker at its other end is gone, and carries a worker's error back.
+
+What keeps the ranks in step:
+- every rank runs the very same `SchedulerOutput`, one scheduler (rank 0's) made it;
+- the KV cache has the same number of blocks on every rank: the minimum over the ranks
+  (`LLMEngine`, vLLM's `get_kv_cache_configs`);
+- only rank 0 samples, from logits every rank helped gather (`ModelRunner.execute_model`):
+  the other ranks' random draws can then never disagree, and nothing is sent back.
+
+Failure rules: every collective has a timeout (`MINI_VLLM_TP_TIMEOUT_S`, set when the
+process group is made), so a rank that died or skipped a step is an error on the others,
+never a hang. The driver turns it into one message that names the rank (its exit code, or
+the traceback it sent), ends the workers, and refuses every later step: a tensor-parallel
+engine whose ranks parted cannot go on. The workers end with the executor (the LLM deleted,
+the process exiting) or when their pipe reports the driver gone.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import traceback
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+from mini_vllm import envs
+from mini_vllm.distributed.parallel_state import (
+    destroy_distributed_environment,
+    get_tp_group,
+    init_distributed_environment,
+    initialize_model_parallel,
+)
+
+__all__ = ["MultiprocExecutor", "rank_device"]
+
+_PIPE_CLOSED = "(its pipe closed)"
+# How long a worker may take to leave after it was asked to, before it is killed.
+SHUTDOWN_GRACE_S = 5.0
+
+
+def rank_device(device: str, rank: int) -> str:
+    """The device of `rank`: the CPU for every rank, or GPU `rank` of this machine."""
+    return "cpu" if device == "cpu" else f"cuda:{rank}"
+
+
+def _backend(device: str) -> str:
+    return "gloo" if device == "cpu" else "nccl"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class _Worker:
+    rank: int
+    process: mp.process.BaseProcess
+    conn: mp.connection.Connection
+
+
+# ANCHOR: worker_main
+def _worker_main(rank: int, config, init_method: str, timeout_s: float, conn) -> None:
+    """A worker process: join the group, load this rank's shard, then run what rank 0 sends."""
+    from mini_vllm.engine.kv_cache_plan import device_memory, plan_kv_cache
+    from mini_vllm.engine.model_runner import ModelRunner
+    from mini_vllm.models.loader import load_model
+
+    world_size = config.tensor_parallel_size
+    try:
+        device = rank_device(config.device, rank)
+        if device == "cpu":  # the ranks share the cores
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+        else:
+            torch.cuda.set_device(device)
+        init_distributed_environment(
+            world_size, rank, init_method, _backend(config.device), timeout_s
+        )
+        initialize_model_parallel(world_size)
+        model, _, _ = load_model(
+            config.model, device, config.dtype, config.seed, False, config.custom_ops
+        )
+        conn.send(("loaded", None))
+        weight = next(model.parameters())
+        dev = weight.device
+        plan = plan_kv_cache(config, model.config, weight.dtype, dev, **device_memory(dev))
+        num_blocks = get_tp_group().all_reduce_min(plan.num_blocks)  # as rank 0 does
+        runner = ModelRunner(model, config, plan.max_model_len, num_blocks)
+        while True:
+            method, args = conn.recv()
+            if method == "shutdown":
+                break
+            getattr(runner, method)(*args)
+    except EOFError:
+        pass  # the driver is gone: nothing left to serve
+    except BaseException:
+        try:
+            conn.send(("error", traceback.format_exc()))
+        except OSError:
+            pass
+        raise SystemExit(1) from None
+    finally:
+        destroy_distributed_environment()
+
+
+# ANCHOR_END: worker_main
+
+
+def _shutdown(workers: list[_Worker]) -> None:
+    """Ask every worker to leave, kill those that do not, and leave the process group."""
+    for worker in workers:
+        try:
+            worker.conn.send(("shutdown", ()))
+        except OSError:
+            pass
+    for worker in workers:
+        worker.process.join(SHUTDOWN_GRACE_S)
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.process.join(SHUTDOWN_GRACE_S)
+        worker.conn.close()
+    workers.clear()
+    destroy_distributed_environment()
+
+
+class MultiprocExecutor:
+    """Starts ranks 1..N-1 and makes this process rank 0; `execute_model` runs a step on all."""
+
+    def __init__(self, config) -> None:
+        self.world_size = config.tensor_parallel_size
+        self.timeout_s = envs.MINI_VLLM_TP_TIMEOUT_S
+        self.driver_runner = None  # rank 0's ModelRunner, set by the engine
+        self._failure: str | None = None
+        init_method = f"tcp://127.0.0.1:{_free_port()}"
+        context = mp.get_context("spawn")  # CUDA cannot be used in a forked child
+        self.workers: list[_Worker] = []
+        # Whatever happens next, the workers go when this object does (or at exit).
+        self._finalizer = weakref.finalize(self, _shutdown, self.workers)
+        for rank in range(1, self.world_size):
+            parent_end, child_end = context.Pipe()
+            process = context.Process(
+                target=_worker_main,
+                args=(rank, config, init_method, self.timeout_s, child_end),
+                name=f"mini_vllm-tp-rank{rank}",
+                daemon=True,
+            )
+            process.start()
+            child_end.close()
+            self.workers.append(_Worker(rank, process, parent_end))
+        if config.device != "cpu":
+            torch.cuda.set_device(rank_device(config.device, 0))
+        init_distributed_environment(
+            self.world_size, 0, init_method, _backend(config.device), self.timeout_s
+        )
+        initialize_model_parallel(self.world_size)
+
+    def wait_for_workers_loaded(self, timeout_s: float = 600.0) -> None:
+        """Wait until every worker holds its shard (loading may take longer than a step's
+        collective may wait), or raise naming the rank that failed."""
+        pending = list(self.workers)
+        waited = 0.0
+        while pending:
+            for worker in list(pending):
+                if worker.conn.poll(0.05):
+                    what, detail = self._receive(worker)
+                    if what != "loaded":
+                        self._fail(f"rank {worker.rank} failed while loading the model:\n{detail}")
+                    pending.remove(worker)
+                elif not worker.process.is_alive():
+                    self._fail(
+                        f"rank {worker.rank} (pid {worker.process.pid}) exited with code "
+                        f"{worker.process.exitcode} while loading the model"
+                    )
+            waited += 0.05 * max(1, len(pending))
+            if waited > timeout_s:
+                ranks = [w.rank for w in pending]
+                self._fail(f"rank(s) {ranks} did not load the model within {timeout_s:.0f} s")
+
+    # ANCHOR: execute_model
+    def execute_model(self, output):
+        """Run one step on every rank; rank 0's sampled tokens."""
+        if self._failure is not None:
+            raise RuntimeError(self._failure)
+        self._broadcast("execute_model", (output,))
+        try:
+            return self.driver_runner.execute_model(output)
+        except Exception as exc:
+            self._fail(f"rank 0 failed in a step ({type(exc).__name__}: {exc})", exc)
+
+    # ANCHOR_END: execute_model
+
+    def _broadcast(self, method: str, args: tuple) -> None:
+        for worker in self.workers:
+            try:
+                worker.conn.send((method, args))
+            except OSError as exc:
+                self._fail(f"rank {worker.rank} cannot be reached ({exc})", exc)
+
+    def _receive(self, worker: _Worker) -> tuple[str, object]:
+        try:
+            return worker.conn.recv()
+        except (EOFError, OSError):
+            return "error", _PIPE_CLOSED
+
+    def _fail(self, what: str, cause: BaseException | None = None):
+        """Raise one error that says which rank parted and why; end the workers."""
+        reasons = []
+        for worker in self.workers:
+            worker.process.join(0.5)  # a rank that crashed has an exit code by now
+            # What it sent before it went (a closed pipe also polls as readable).
+            what, detail = self._receive(worker) if worker.conn.poll(0) else ("", None)
+            if what == "error" and detail != _PIPE_CLOSED:
+                reasons.append(f"rank {worker.rank} raised:\n{str(detail).strip()}")
+            elif not worker.process.is_alive():
+                reasons.append(
+                    f"rank {worker.rank} (pid {worker.process.pid}) died with exit code "
+                    f"{worker.process.exitcode}"
+                )
+        if not reasons:
+            reasons.append(
+                "no worker died: the ranks disagree on the step (a collective some rank did "
+                f"not join timed out after {self.timeout_s:g} s; MINI_VLLM_TP_TIMEOUT_S sets it)"
+            )
+        self._failure = (
+            f"tensor parallelism: {what}; {'; '.join(reasons)}. The ranks no longer run in "
+            "step, so this engine cannot go on: delete this LLM and build a new one"
+        )
+        self.shutdown()
+        raise RuntimeError(self._failure) from cause
+
+    @property
+    def failed(self) -> bool:
+        """The ranks parted: every later step is refused."""
+        return self._failure is not None
+
+    def shutdown(self) -> None:
+        """End the workers and leave the process group (also when this object is collected)."""
+        self._finalizer()
