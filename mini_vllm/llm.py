@@ -46,7 +46,9 @@ class LLM:
         dtype = resolve_dtype(config.dtype, device)
         memory = device_memory(device)
         if device.type == "cuda":  # the weights load next: count them as held already
-            memory["in_use_bytes"] += model_config.num_parameters() * dtype.itemsize
+            # (a rank's shard: every matrix is split over the ranks, only the norms are not)
+            weight_bytes = model_config.num_parameters() * dtype.itemsize
+            memory["in_use_bytes"] += weight_bytes // config.tensor_parallel_size
         plan_kv_cache(config, model_config, dtype, device, **memory)
         start = time.perf_counter()
         # Tensor parallelism: the other ranks start now and load their shards meanwhile.

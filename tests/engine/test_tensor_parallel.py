@@ -243,3 +243,24 @@ def test_the_all_reduce_is_one_op_a_trace_keeps_and_never_runs():
     )
     targets = [str(node.target) for node in graph.graph.nodes if node.op == "call_function"]
     assert "mini_vllm.all_reduce.default" in targets
+
+
+def test_the_kv_cache_plan_counts_a_ranks_share_of_the_kv_heads():
+    """Each rank caches its own KV heads (tiny: 2, so one a rank at TP=2): a block costs half
+    the bytes, and the same memory holds twice the blocks."""
+    from mini_vllm.engine.engine_config import EngineConfig
+    from mini_vllm.engine.kv_cache_plan import plan_kv_cache
+    from mini_vllm.models.loader import load_model_config
+
+    model_config = load_model_config("tiny")
+    plans = [
+        plan_kv_cache(
+            EngineConfig(model="tiny", tensor_parallel_size=tp, kv_cache_memory_bytes=1 << 22),
+            model_config,
+            torch.float32,
+            torch.device("cpu"),
+        )
+        for tp in (1, 2)
+    ]
+    assert plans[1].bytes_per_block * 2 == plans[0].bytes_per_block
+    assert plans[1].num_blocks == 2 * plans[0].num_blocks
