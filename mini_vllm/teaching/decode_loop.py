@@ -181,10 +181,14 @@ def generate_lockstep(
             "must have the same length (Phase 02's paged cache lifts this)"
         )
     limit = max_model_len or config.max_position_embeddings
-    if prompt_len >= limit:
+    # vLLM's offline rule (`_validate_model_input` of its input processor): refused only when
+    # longer than the limit. A prompt of exactly the limit fills every position and still
+    # gets one token, since the last token is never fed back (the engine of Phase 03 does
+    # the same; the server of Phase 06, as vLLM's, wants room for max_tokens on top).
+    if prompt_len > limit:
         raise UserError(
-            f"the prompt is {prompt_len} tokens but the model's context limit is {limit} tokens "
-            "(prompt + at least one new token must fit); shorten the prompt"
+            f"the prompt is {prompt_len} tokens, longer than the model's context limit of "
+            f"{limit} tokens; shorten the prompt"
         )
     weight = next(model.parameters())
     device, dtype = weight.device, weight.dtype

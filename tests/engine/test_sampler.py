@@ -123,12 +123,15 @@ def test_lockstep_batch_matches_single_requests_and_context_limit(tiny):
         assert generate(model, prompt, p).token_ids == result.token_ids
     assert [r.num_generated for r in batch] == [6, 4]
     # The context limit ends generation ("length") once prompt + output fill max_model_len,
-    # as vLLM's stop check does, and refuses prompts that do not fit.
+    # as vLLM's stop check does; a prompt of exactly the limit gets one token, a longer one
+    # is refused (vLLM's rule for an offline request).
     limited = generate(
         model, prompts[0], SamplingParams(temperature=0.0, max_tokens=50), max_model_len=8
     )
     assert limited.num_generated == 8 - 4 and limited.finish_reason == "length"
-    with pytest.raises(UserError, match="limit is 4 tokens"):
-        generate(model, prompts[0], SamplingParams(max_tokens=1), max_model_len=4)
+    full = generate(model, prompts[0], SamplingParams(max_tokens=5), max_model_len=4)
+    assert (full.num_generated, full.finish_reason) == (1, "length")
+    with pytest.raises(UserError, match="limit of 3 tokens"):
+        generate(model, prompts[0], SamplingParams(max_tokens=1), max_model_len=3)
     with pytest.raises(UserError, match="same length"):
         generate_lockstep(model, [[1, 2], [1, 2, 3]], SamplingParams())

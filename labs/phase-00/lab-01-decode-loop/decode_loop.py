@@ -180,8 +180,8 @@ def generate(
     limit `max_model_len` (None: `model.config.max_position_embeddings`); the end of
     sequence ids are `model.config.eos_token_ids`.
 
-    Errors: ValueError for an empty prompt, or a prompt that leaves no position below
-    the limit for a new token.
+    Errors: ValueError for an empty prompt, or a prompt longer than the limit (vLLM's
+    rule; a prompt of exactly the limit is served, as the engine of Phase 03 serves it).
 
     Guarantees:
     - Tokens: what the model predicts, one token at a time, each conditioned on the

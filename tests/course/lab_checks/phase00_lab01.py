@@ -20,6 +20,21 @@ STEPS = {
 
 MUTANTS = [
     Mutant(
+        name="a prompt of exactly the limit refused",
+        mistake="Refuses a prompt that fills every position, as if the sampled token needed "
+        "one; vLLM (and the engine of Phase 03) serve it and give it one token.",
+        module=LOOP,
+        old="if prompt_len > limit:",
+        new="if prompt_len >= limit:",
+    ),
+    Mutant(
+        name="a prompt one token too long accepted",
+        mistake="Accepts a prompt longer than the limit; its positions run past the cache.",
+        module=LOOP,
+        old="if prompt_len > limit:",
+        new="if prompt_len > limit + 1:",
+    ),
+    Mutant(
         name="max_tokens checked before EOS",
         mistake="Checks max_tokens before the EOS, so an EOS on the last allowed token "
         "finishes as 'length' instead of 'stop'.",

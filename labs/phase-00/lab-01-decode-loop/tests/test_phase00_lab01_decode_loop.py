@@ -416,6 +416,22 @@ def test_positions_stay_below_max_model_len(tiny):
 def test_prompt_that_does_not_fit_is_refused(tiny):
     with pytest.raises(ValueError):
         impl.generate(tiny, PROMPT, greedy(4), max_model_len=len(PROMPT) - 2)
+    rec = Recorder(tiny)
+    with pytest.raises(ValueError):  # one token too many
+        impl.generate(rec, PROMPT, greedy(4), max_model_len=len(PROMPT) - 1)
+    assert not rec.calls, "a prompt longer than the limit is refused before any forward"
+
+
+@pytest.mark.step5
+def test_a_prompt_of_exactly_the_limit_gets_one_token(tiny):
+    """The limit counts positions, and the last token never takes one: it is sampled, not
+    fed back. So a prompt that fills every position still gets its token (vLLM's rule,
+    and the engine's of Phase 03), and the request ends there on the length."""
+    rec = Recorder(tiny)
+    result = impl.generate(rec, PROMPT, greedy(4), max_model_len=len(PROMPT))
+    assert (len(result.token_ids), result.finish_reason) == (1, "length")
+    assert len(rec.calls) == 1, "one forward: the prefill; nothing is left to decode"
+    assert max(p for call in rec.calls for p in call[1]) < len(PROMPT)
 
 
 @pytest.mark.step5
