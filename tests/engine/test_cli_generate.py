@@ -80,7 +80,7 @@ def test_unknown_model_lists_the_names(capsys):
 def test_prompt_longer_than_the_context_says_the_limit(capsys):
     assert main(["generate", "x" * 300, "--model", "tiny"]) == 2
     err = capsys.readouterr().err
-    assert "300 tokens" in err and "limit is 256 tokens" in err
+    assert "300 tokens" in err and "context limit of 256 tokens" in err
 
 
 @pytest.mark.skipif(
