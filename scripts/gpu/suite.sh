@@ -15,11 +15,17 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -m mini_vllm doctor > "$OUT/doctor.txt" || true  # informative: the weights package may be absent
-# tests/engine/test_serve.py has no GPU test, and it imports the serving extra (openai, fastapi),
-# which a GPU machine set up for the engine alone may lack: leave it out there.
+# The server's test files have no GPU test, and they import the serving extra (openai,
+# fastapi), which a GPU machine set up for the engine alone may lack: leave them out there.
+# -v: each test's name and outcome in the log as it runs, so a run cut short still says which.
 ignore=()
-python3 -c "import openai, fastapi, uvicorn" 2>/dev/null || ignore=(--ignore=tests/engine/test_serve.py --ignore=tests/engine/test_serve_hardening.py)
-python3 -m pytest -m gpu --require-gpu -p no:cacheprovider -q -rs "${ignore[@]}" tests labs --impl=ref \
+if ! python3 -c "import openai, fastapi, uvicorn" 2>/dev/null; then
+  for file in tests/engine/test_serve.py tests/engine/test_serve_hardening.py \
+    tests/engine/test_serve_sampling.py; do
+    ignore+=("--ignore=$file")
+  done
+fi
+python3 -m pytest -m gpu --require-gpu -p no:cacheprovider -v -rfEs "${ignore[@]}" tests labs --impl=ref \
   2>&1 | tee "$OUT/gpu-suite.log" | tail -5
 python3 scripts/gpu/run_notebook_cells.py notebooks/phase-05-cuda-graphs.ipynb \
   --write-outputs "$OUT/phase-05-cuda-graphs.ipynb" > "$OUT/notebook-phase-05-cuda-graphs.log" 2>&1
