@@ -24,7 +24,7 @@ from mini_vllm.engine.stats import EngineStats
 from mini_vllm.errors import UserError
 from mini_vllm.executor.multiproc_executor import MultiprocExecutor, rank_device
 from mini_vllm.models.loader import load_model, load_model_config, resolve_device, resolve_dtype
-from mini_vllm.outputs import CompletionOutput, Logprob, RequestOutput
+from mini_vllm.outputs import CompletionOutput, Logprob, RequestOutput, logprob_entry
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.tokenizer import (
     IncrementalDetokenizer,
@@ -322,16 +322,8 @@ class LLM:
         return per_token, total
 
     def _logprob_entry(self, kept: tuple) -> dict[int, Logprob]:
-        """(token, logprob, rank, [(alternative, logprob), ...]) as vLLM's {id: Logprob}."""
-
-        def decoded(token: int) -> str | None:
-            return self.tokenizer.decode([token]) if self.tokenizer is not None else None
-
-        token, logprob, rank, alternatives = kept
-        entry = {token: Logprob(logprob, rank, decoded(token))}
-        for alt_rank, (alternative, alt_logprob) in enumerate(alternatives, start=1):
-            entry.setdefault(alternative, Logprob(alt_logprob, alt_rank, decoded(alternative)))
-        return entry
+        tokenizer = self.tokenizer
+        return logprob_entry(kept, None if tokenizer is None else lambda t: tokenizer.decode([t]))
 
     def _prompt_logprobs(self, seq: Sequence) -> list[dict[int, Logprob] | None] | None:
         if seq.sampling_params.prompt_logprobs is None:

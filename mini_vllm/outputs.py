@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["CompletionOutput", "Logprob", "RequestOutput"]
+__all__ = ["CompletionOutput", "Logprob", "RequestOutput", "logprob_entry"]
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,21 @@ class Logprob:
     logprob: float
     rank: int  # 1: the most likely token at that position
     decoded_token: str | None = None
+
+
+def logprob_entry(kept: tuple, decode=None) -> dict[int, Logprob]:
+    """What the engine keeps of one position, (token, logprob, rank, [(alternative,
+    logprob), ...] most likely first), as vLLM's {id: Logprob}: the token's own entry and
+    each alternative's; `decode(token_id)` gives each its text (None: no text)."""
+    token, logprob, rank, alternatives = kept
+
+    def text(token_id: int) -> str | None:
+        return decode(token_id) if decode is not None else None
+
+    entry = {token: Logprob(logprob, rank, text(token))}
+    for alt_rank, (alternative, alt_logprob) in enumerate(alternatives, start=1):
+        entry.setdefault(alternative, Logprob(alt_logprob, alt_rank, text(alternative)))
+    return entry
 
 
 # ANCHOR: completion_output

@@ -101,6 +101,18 @@ class SampledTokens:
         return sampled
 
 
+def _logprob_summary(
+    logprobs: torch.Tensor, tokens: torch.Tensor, top: int, non_blocking: bool
+) -> list[torch.Tensor]:
+    """Of each row of `logprobs` `[rows, vocab]`: the log-probability of its token in
+    `tokens` `[rows]`, that token's rank (1: the most likely) and the `top` most likely
+    (values, ids), on their way to the host (`non_blocking`: without waiting for them)."""
+    chosen = logprobs.gather(1, tokens.unsqueeze(1))
+    ranks = (logprobs > chosen).sum(dim=1) + 1
+    values, ids = logprobs.topk(max(top, 1), dim=1)
+    return [t.to("cpu", non_blocking=non_blocking) for t in (chosen.squeeze(1), ranks, values, ids)]
+
+
 def _both(first: Callable[[], None] | None, second: Callable[[], None] | None):
     """One callback running both (either may be None); None when both are."""
     if first is None or second is None:
@@ -503,12 +515,9 @@ class ModelRunner:
         returned function, called once the step's copies have landed (`SampledTokens.get`),
         keeps them; nothing here waits for the GPU."""
         top = max(k for k in wanted if k is not None)
-        chosen = raw_logprobs.gather(1, sampled_ids.unsqueeze(1))
-        ranks = (raw_logprobs > chosen).sum(dim=1) + 1
-        values, ids = raw_logprobs.topk(max(top, 1), dim=1)
-        device_values = (sampled_ids, chosen.squeeze(1), ranks, values, ids)
         # Queued before the sampled ids' own copy, whose event then covers these too.
-        landing = [t.to("cpu", non_blocking=non_blocking) for t in device_values]
+        landing = [sampled_ids.to("cpu", non_blocking=non_blocking)]
+        landing += _logprob_summary(raw_logprobs, sampled_ids, top, non_blocking)
         places = []  # (sampling row, alternatives wanted, request, place among its outputs)
         for i, (k, row) in enumerate(zip(wanted, sampling_rows)):
             if k is not None:
@@ -552,12 +561,9 @@ class ModelRunner:
         index = async_tensor_h2d(flat, torch.long, self.device)
         logits = self.model.compute_logits(hidden_states.index_select(0, index))
         logprobs = torch.log_softmax(logits.float(), dim=-1)
-        wanted = async_tensor_h2d(targets, torch.long, self.device).unsqueeze(1)
-        chosen = logprobs.gather(1, wanted)
-        ranks = (logprobs > chosen).sum(dim=1) + 1
-        values, ids = logprobs.topk(max(1, max(k for _, k, _ in owners)), dim=1)
-        device_values = (chosen.squeeze(1), ranks, values, ids)
-        landing = [t.to("cpu", non_blocking=non_blocking) for t in device_values]
+        wanted = async_tensor_h2d(targets, torch.long, self.device)
+        top = max(k for _, k, _ in owners)
+        landing = _logprob_summary(logprobs, wanted, top, non_blocking)
 
         def keep() -> None:
             host = [t.tolist() for t in landing]

@@ -110,6 +110,12 @@ class LinearBase(CustomOp):
         _check_shape(param.data, loaded, f"{type(self).__name__}")
         param.data.copy_(loaded)
 
+    def _load_shard(self, param: nn.Parameter, loaded: torch.Tensor, dim: int, size: int) -> None:
+        """Copy this rank's `size` slices of the whole tensor along `dim` into `param`."""
+        shard = loaded.narrow(dim, self.tp_rank * size, size) if self.tp_size > 1 else loaded
+        _check_shape(param.data, shard, type(self).__name__)
+        param.data.copy_(shard)
+
     def extra_repr(self) -> str:
         shard = f", tp={self.tp_size}" if self.tp_size > 1 else ""
         return f"in={self.input_size}, out={self.output_size}{shard}"
@@ -155,10 +161,7 @@ class ColumnParallelLinear(LinearBase):
     def weight_loader(
         self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None
     ) -> None:
-        size = self.output_size_per_partition
-        shard = loaded.narrow(0, self.tp_rank * size, size) if self.tp_size > 1 else loaded
-        _check_shape(param.data, shard, type(self).__name__)
-        param.data.copy_(shard)
+        self._load_shard(param, loaded, dim=0, size=self.output_size_per_partition)
 
 
 # ANCHOR_END: column_parallel
@@ -262,10 +265,7 @@ class RowParallelLinear(LinearBase):
     def weight_loader(
         self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None
     ) -> None:
-        size = self.input_size_per_partition
-        shard = loaded.narrow(1, self.tp_rank * size, size) if self.tp_size > 1 else loaded
-        _check_shape(param.data, shard, type(self).__name__)
-        param.data.copy_(shard)
+        self._load_shard(param, loaded, dim=1, size=self.input_size_per_partition)
 
 
 # ANCHOR_END: row_parallel

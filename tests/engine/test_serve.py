@@ -534,12 +534,14 @@ def test_bench_serve_writes_its_report(server, tmp_path):
     assert combined.read_text().count("| server | inf |") == 2
 
 
-def test_the_serve_command_answers_and_stops_on_sigterm(tmp_path):
+def serve_process(tmp_path, *flags: str) -> subprocess.Popen:
+    """`python -m mini_vllm serve` on the tiny model in a child process, any free port, with
+    the test chat template and `flags`; its output is read through pipes."""
     template = tmp_path / "chat.jinja"
     template.write_text(CHAT_TEMPLATE)
     command = [sys.executable, "-m", "mini_vllm", "serve", "--model", "tiny", "--port", "0"]
-    command += ["--cpu-threads", "1", "--chat-template", str(template)]
-    process = subprocess.Popen(
+    command += ["--cpu-threads", "1", "--chat-template", str(template), *flags]
+    return subprocess.Popen(
         command,
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -547,6 +549,10 @@ def test_the_serve_command_answers_and_stops_on_sigterm(tmp_path):
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+
+
+def test_the_serve_command_answers_and_stops_on_sigterm(tmp_path):
+    process = serve_process(tmp_path)
     try:
         url = re.search(r"at (http://\S+?)/v1 ", process.stdout.readline()).group(1)
         wait_until(

@@ -15,12 +15,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import types
@@ -40,11 +37,11 @@ from mini_vllm.entrypoints.openai.api_server import (
 from tests.engine.test_serve import (
     CHAT_TEMPLATE,
     ENGINE,
-    ROOT,
     _metric,
     _status,
     client_for,
     engine_idle_and_free,
+    serve_process,
     serving,
     slow_engine,
     wait_until,
@@ -488,19 +485,7 @@ def test_stopping_the_server_ends_streams_past_the_timeout_with_an_error_and_don
 
 
 def test_sigterm_ends_every_stream_with_an_error_event_and_done(tmp_path):
-    template = tmp_path / "chat.jinja"
-    template.write_text(CHAT_TEMPLATE)
-    command = [sys.executable, "-m", "mini_vllm", "serve", "--model", "tiny", "--port", "0"]
-    command += ["--cpu-threads", "1", "--max-num-seqs", "1", "--shutdown-timeout", "0"]
-    command += ["--chat-template", str(template)]
-    process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    process = serve_process(tmp_path, "--max-num-seqs", "1", "--shutdown-timeout", "0")
     threads = []
     try:
         url = re.search(r"at (http://\S+?)/v1 ", process.stdout.readline()).group(1)

@@ -38,6 +38,7 @@ from mini_vllm.entrypoints.openai.serving_engine import (
     sse,
     token_text,
 )
+from mini_vllm.outputs import logprob_entry
 
 __all__ = ["OpenAIServingCompletion"]
 
@@ -103,20 +104,19 @@ class OpenAIServingCompletion(OpenAIServing):
             return None
         tokenizer = self.llm.tokenizer
         out: list[dict[int, PromptLogprob] | None] = []
-
-        def entry(token: int, logprob: float, rank: int) -> PromptLogprob:
-            text = token_text(tokenizer, token)
-            return PromptLogprob(logprob=logprob, rank=rank, decoded_token=text)
-
         for kept in choice.prompt_logprobs:
             if kept is None:
                 out.append(None)
                 continue
-            token, logprob, rank, alternatives = kept
-            tokens = {token: entry(token, logprob, rank)}
-            for alt_rank, (alternative, value) in enumerate(alternatives, start=1):
-                tokens.setdefault(alternative, entry(alternative, value, alt_rank))
-            out.append(tokens)
+            entry = logprob_entry(kept, lambda token: token_text(tokenizer, token))
+            out.append(
+                {
+                    token: PromptLogprob(
+                        logprob=v.logprob, rank=v.rank, decoded_token=v.decoded_token
+                    )
+                    for token, v in entry.items()
+                }
+            )
         return out
 
     def _echo(self, request: CompletionRequest, choice: ChoiceState) -> str:
