@@ -12,7 +12,7 @@ The public API
     sampling_params.py  `SamplingParams` (vllm/sampling_params.py)
     outputs.py        `RequestOutput` and its `CompletionOutput`s (vllm/outputs.py)
     errors.py         `UserError`: a mistake the user can fix (the CLI prints it in one line)
-    entrypoints/      the OpenAI-compatible server, its engine thread, its Prometheus metrics
+    entrypoints/      the OpenAI-compatible server, its side of the engine, its Prometheus metrics
                       (vllm/entrypoints/openai/, vllm/v1/engine/async_llm.py)
 
 The engine (what `LLM` runs)

@@ -26,6 +26,9 @@ Read them as attributes: `from mini_vllm import envs; envs.MINI_VLLM_PDL`.
                          (compilation/caching/aot_cache.py); "0": trace and compile at
                          every start (vLLM: VLLM_DISABLE_COMPILE_CACHE=1)
     MINI_VLLM_DEBUG      "1" (anything but "0"): the command line shows a user error's traceback too
+    MINI_VLLM_ENABLE_MULTIPROCESSING "1" (default): `serve` runs the engine core in a process
+                         of its own (mini_vllm/engine/core_client.py); "0": in a thread
+                         of the server's process (vLLM: VLLM_ENABLE_V1_MULTIPROCESSING)
     MINI_VLLM_TP_TIMEOUT_S seconds a tensor-parallel collective waits for the other ranks
                          before it fails (default 60): a rank that died or skipped a step
                          is then an error, not a hang (mini_vllm/executor/multiproc_executor.py)
@@ -53,6 +56,7 @@ if TYPE_CHECKING:
     MINI_VLLM_COMPILE_CACHE: bool = True
     MINI_VLLM_DEBUG: bool = False
     MINI_VLLM_TP_TIMEOUT_S: float = 60.0
+    MINI_VLLM_ENABLE_MULTIPROCESSING: bool = True
 
 
 def _choice(name: str, default: str, allowed: tuple[str, ...]) -> Callable[[], str]:
@@ -99,6 +103,9 @@ environment_variables: dict[str, Callable[[], Any]] = {
     # Read while reporting another error, so it never raises one of its own: anything but 0 is on.
     "MINI_VLLM_DEBUG": lambda: os.environ.get("MINI_VLLM_DEBUG", "0").strip() not in ("", "0"),
     "MINI_VLLM_TP_TIMEOUT_S": _positive_seconds("MINI_VLLM_TP_TIMEOUT_S", 60.0),
+    "MINI_VLLM_ENABLE_MULTIPROCESSING": lambda: (
+        _choice("MINI_VLLM_ENABLE_MULTIPROCESSING", "1", _on_off)() == "1"
+    ),
 }
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import ipaddress
 import logging
 import os
@@ -242,11 +243,9 @@ def require_serving_packages() -> None:
 
     from mini_vllm.errors import UserError
 
-    missing = [
-        name
-        for name in ("fastapi", "uvicorn", "pydantic", "prometheus_client", "httpx")
-        if importlib.util.find_spec(name) is None
-    ]
+    modules = {"fastapi": "fastapi", "uvicorn": "uvicorn", "pydantic": "pydantic"}
+    modules |= {"prometheus_client": "prometheus_client", "httpx": "httpx", "zmq": "pyzmq"}
+    missing = [pip for module, pip in modules.items() if importlib.util.find_spec(module) is None]
     if missing:
         raise UserError(
             f"serving needs {', '.join(missing)}, not installed here: pip install "
@@ -299,6 +298,7 @@ def access_options(args: argparse.Namespace, host: str) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     require_serving_packages()
+    from mini_vllm import envs
     from mini_vllm.engine.engine_config import EngineConfig
     from mini_vllm.entrypoints.async_llm import AsyncLLM
     from mini_vllm.entrypoints.metrics import PrometheusStatLogger
@@ -335,10 +335,13 @@ def run(args: argparse.Namespace) -> int:
         if server is not None:
             server.should_exit = True
 
+    # The engine core in a process of its own (vLLM's default): the server's Python never
+    # holds the interpreter lock a step is waiting for (mini_vllm/engine/core_client.py).
     async_llm = AsyncLLM(
-        lambda: LLM(**kwargs),
+        functools.partial(LLM, **kwargs),
         metrics=PrometheusStatLogger(name),
         on_startup_failure=on_startup_failure,
+        multiprocess=envs.MINI_VLLM_ENABLE_MULTIPROCESSING,
     )
     app = build_app(async_llm, name, chat_template=chat_template, **access)
     server = Server(

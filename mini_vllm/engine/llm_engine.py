@@ -40,7 +40,32 @@ from mini_vllm.executor.multiproc_executor import MultiprocExecutor
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.utils import OneCallerAtATime
 
-__all__ = ["LLMEngine"]
+__all__ = ["LLMEngine", "check_prompt_ids"]
+
+
+def check_prompt_ids(prompt_token_ids: Iterable[int], vocab_size: int) -> list[int]:
+    """The prompt as a list of token ids of a model with `vocab_size` ids, or a UserError
+    saying what is wrong (the engine's check, which the server makes before sending)."""
+    if isinstance(prompt_token_ids, (str, bytes, bytearray)) or not isinstance(
+        prompt_token_ids, Iterable
+    ):
+        raise UserError(
+            "a prompt here is a sequence of token ids (ints), got "
+            f"{type(prompt_token_ids).__name__}; encode text with the tokenizer first"
+        )
+    try:
+        ids = [as_token_id(token) for token in prompt_token_ids]
+    except TypeError as exc:
+        raise UserError(f"a prompt is a sequence of token ids: {exc}") from None
+    if not ids:
+        raise UserError("the prompt is empty (no tokens): give at least one token")
+    outside = sorted({token for token in ids if token >= vocab_size})
+    if outside:
+        raise UserError(
+            f"token id(s) {outside[:5]}{' ...' if len(outside) > 5 else ''} are outside "
+            f"the model's vocabulary (ids 0..{vocab_size - 1})"
+        )
+    return ids
 
 
 class LLMEngine:
@@ -113,27 +138,7 @@ class LLMEngine:
 
     def check_prompt(self, prompt_token_ids: Iterable[int]) -> list[int]:
         """The prompt as a list of token ids of this model, or a UserError saying what is wrong."""
-        if isinstance(prompt_token_ids, (str, bytes, bytearray)) or not isinstance(
-            prompt_token_ids, Iterable
-        ):
-            raise UserError(
-                "a prompt here is a sequence of token ids (ints), got "
-                f"{type(prompt_token_ids).__name__}; encode text with the tokenizer first"
-            )
-        try:
-            ids = [as_token_id(token) for token in prompt_token_ids]
-        except TypeError as exc:
-            raise UserError(f"a prompt is a sequence of token ids: {exc}") from None
-        if not ids:
-            raise UserError("the prompt is empty (no tokens): give at least one token")
-        vocab_size = self.model.config.vocab_size
-        outside = sorted({token for token in ids if token >= vocab_size})
-        if outside:
-            raise UserError(
-                f"token id(s) {outside[:5]}{' ...' if len(outside) > 5 else ''} are outside "
-                f"the model's vocabulary (ids 0..{vocab_size - 1})"
-            )
-        return ids
+        return check_prompt_ids(prompt_token_ids, self.model.config.vocab_size)
 
     # ANCHOR_END: add_request
 

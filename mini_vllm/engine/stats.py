@@ -10,7 +10,7 @@ that replayed a graph, `padding_waste` the padded tokens over the real ones.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 __all__ = ["EngineStats", "StepRecord"]
 
@@ -64,7 +64,7 @@ class EngineStats:
     num_real_tokens: int = 0
     num_padded_tokens: int = 0  # tokens after padding (== real tokens when eager)
     # False: count each step without keeping its record (a long-running server, whose
-    # records would grow without end: mini_vllm/entrypoints/async_llm.py turns it off).
+    # records would grow without end: mini_vllm/engine/core.py turns it off).
     keep_step_records: bool = True
 
     def record(self, step: StepRecord) -> None:
@@ -90,6 +90,17 @@ class EngineStats:
     def __post_init__(self) -> None:
         for step in self.steps:  # stats made from recorded steps count them too
             self._count(step)
+
+    def counts(self) -> EngineStats:
+        """The running counts alone (no step records, no histograms): what a server sends its
+        dashboard after each step, cheap to copy."""
+        return replace(
+            self,
+            steps=[],
+            steps_per_runtime_mode=Counter(self.steps_per_runtime_mode),
+            batch_size_histogram=Counter(),
+            decode_batch_size_histogram=Counter(),
+        )
 
     @property
     def decode_graph_hit_rate(self) -> float:

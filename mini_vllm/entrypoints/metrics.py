@@ -9,9 +9,11 @@ are vLLM's with `mini_vllm:` for `vllm:`; the CUDA-graph metrics are the course'
 and graph memory.
 
 Every server has its own `CollectorRegistry`, so several can run in one process (the tests
-do). Counters are fed by the engine thread after each step (`record_step`, and `on_tokens`
-/ `on_finished` per request); gauges of the engine's state are read when `/metrics` is
-scraped. A counter shows in the text as `<name>_total` (Prometheus' rule).
+do). Everything is fed as the engine core's outputs reach the server (the core may run in
+another process): after each step the core's counters and gauges (`record_step`, from the
+turn's `SchedulerStats`), and per request the tokens and latencies as they arrive
+(`on_tokens`, `on_finished`). A counter shows in the text as `<name>_total` (Prometheus'
+rule).
 
 The latency histograms have finer buckets than vLLM's at the low end: a decode step replayed
 from a CUDA graph takes about a millisecond here.
@@ -24,7 +26,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
-    from mini_vllm.llm import LLM
+    from mini_vllm.engine.core import EngineInfo, SchedulerStats
 
 __all__ = ["PREFIX", "PrometheusStatLogger"]
 
@@ -71,7 +73,7 @@ class PrometheusStatLogger:
         self.kv_cache_usage = gauge(
             "kv_cache_usage_perc", "KV-cache usage: used blocks over all blocks, 1 = full."
         )
-        # Counters, fed by the engine thread.
+        # Counters, fed after each step.
         self.num_preemptions = counter(
             "num_preemptions", "Requests preempted (their blocks freed, recomputed later)."
         )
@@ -105,7 +107,7 @@ class PrometheusStatLogger:
             registry=self.registry,
         )
         self.request_success = {r: success.labels(model_name, r) for r in FINISH_REASONS}
-        # Latencies, measured in the engine thread when a step hands out tokens.
+        # Latencies, measured as each turn's tokens reach the server.
         self.time_to_first_token = histogram(
             "time_to_first_token_seconds",
             "Time from the request's arrival to its first token, in seconds.",
@@ -156,35 +158,33 @@ class PrometheusStatLogger:
     # -- called once the engine is up ----------------------------------------------------
 
     # ANCHOR: on_engine_ready
-    def on_engine_ready(self, llm: LLM, warmup_seconds: float) -> None:
-        engine = llm.engine
-        scheduler, blocks, stats = engine.scheduler, engine.block_manager, engine.stats
-        self.num_requests_running.set_function(lambda: scheduler.get_request_counts()[0])
-        self.num_requests_waiting.set_function(lambda: scheduler.get_request_counts()[1])
-        self.kv_cache_usage.set_function(lambda: blocks.num_used_blocks / blocks.num_blocks)
-        self.decode_graph_hit_rate.set_function(lambda: stats.decode_graph_hit_rate)
-        self.padding_waste.set_function(lambda: stats.padding_waste)
-        report = engine.runner.capture_report
-        if report is not None:
-            self.cudagraph_capture_seconds.set(report.seconds)
-            self.cudagraph_memory_bytes.set(report.graph_memory_bytes or 0)
-            self.cudagraph_num_graphs.set(report.num_graphs)
-        self.warmup_seconds.set(warmup_seconds)
+    def on_engine_ready(self, info: EngineInfo) -> None:
+        if info.capture_num_graphs is not None:
+            self.cudagraph_capture_seconds.set(info.capture_seconds)
+            self.cudagraph_memory_bytes.set(info.capture_memory_bytes or 0)
+            self.cudagraph_num_graphs.set(info.capture_num_graphs)
+        self.warmup_seconds.set(info.warmup_seconds)
 
     # ANCHOR_END: on_engine_ready
 
-    # -- called by the engine thread -----------------------------------------------------
+    # -- called as the engine core's outputs come in -------------------------------------
 
     # ANCHOR: record_step
-    def record_step(self, llm: LLM) -> None:
-        """After a step: the engine's counters, as increments since the last call."""
-        stats = llm.engine.stats
+    def record_step(self, stats: SchedulerStats) -> None:
+        """After a step: the gauges, and the engine's counters as increments since the last
+        call."""
+        self.num_requests_running.set(stats.num_running_reqs)
+        self.num_requests_waiting.set(stats.num_waiting_reqs)
+        self.kv_cache_usage.set(stats.kv_cache_usage)
+        counts = stats.engine
+        self.decode_graph_hit_rate.set(counts.decode_graph_hit_rate)
+        self.padding_waste.set(counts.padding_waste)
         for metric, name in self._follows.items():
-            value = getattr(stats, name)
+            value = getattr(counts, name)
             metric.inc(value - self._seen.get(name, 0))
             self._seen[name] = value
         for mode in RUNTIME_MODES:
-            count = stats.steps_per_runtime_mode.get(mode, 0)
+            count = counts.steps_per_runtime_mode.get(mode, 0)
             self.engine_steps[mode].inc(count - self._seen_steps[mode])
             self._seen_steps[mode] = count
 

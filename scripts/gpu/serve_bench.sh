@@ -12,7 +12,9 @@
 # Configurations (SERVE_CONFIGS, comma-separated; default: full_and_piecewise and
 # full_and_piecewise+async): eager (--enforce-eager), full_and_piecewise (the default
 # engine: FULL_AND_PIECEWISE graphs), full_and_piecewise+async (with --async-scheduling),
-# compile+full_and_piecewise+async (also --compilation-mode vllm_compile). Each uses the
+# compile+full_and_piecewise+async (also --compilation-mode vllm_compile),
+# full_and_piecewise+thread (the engine core in a thread of the server's process,
+# MINI_VLLM_ENABLE_MULTIPROCESSING=0, instead of a process of its own). Each uses the
 # server's defaults for the GPU (max_num_seqs and max_num_batched_tokens as vLLM's).
 # Writes OUT/serve-<config>.{md,json,png,log} ('+' in a configuration's name becomes '_')
 # and OUT/serve-cuda.md, the table of P50/P99 ITL, TTFT and throughput per configuration
@@ -23,7 +25,7 @@
 # the script installs them from a folder of wheels, $MINI_VLLM_WHEELS (default .whl), into
 # OUT/pkgs; make that folder where an index is reachable, for the GPU's Python, e.g.
 #     python3 -m pip download --only-binary=:all: --python-version 3.12 \
-#         --platform manylinux2014_x86_64 -d .whl fastapi uvicorn
+#         --platform manylinux2014_x86_64 -d .whl fastapi uvicorn pyzmq
 #
 # MINI_VLLM_SERVE_BENCH_CPU=1 runs the same steps on the CPU with the tiny model and a small
 # load (about a minute and a half): a check that the script works, not a measurement.
@@ -51,7 +53,7 @@ else
   fi
 fi
 
-PACKAGES="import fastapi, uvicorn, pydantic, prometheus_client, httpx"
+PACKAGES="import fastapi, uvicorn, pydantic, prometheus_client, httpx, zmq"
 if ! python3 -c "$PACKAGES" 2>/dev/null; then
   WHEELS="${MINI_VLLM_WHEELS:-.whl}"
   if ! ls "$WHEELS"/*.whl >/dev/null 2>&1; then
@@ -69,6 +71,7 @@ fi
 ALL_CONFIGS=(
   "eager|--enforce-eager"
   "full_and_piecewise|--cudagraph-mode full_and_piecewise"
+  "full_and_piecewise+thread|--cudagraph-mode full_and_piecewise|MINI_VLLM_ENABLE_MULTIPROCESSING=0"
   "full_and_piecewise+async|--cudagraph-mode full_and_piecewise --async-scheduling"
   "compile+full_and_piecewise+async|--cudagraph-mode full_and_piecewise --compilation-mode vllm_compile --async-scheduling"
 )
@@ -86,6 +89,11 @@ results=()
 for config in "${ALL_CONFIGS[@]}"; do
   label="${config%%|*}"
   flags="${config#*|}"
+  envs=""  # a third field: VAR=value settings for the server
+  if [[ "$flags" == *"|"* ]]; then
+    envs="${flags#*|}"
+    flags="${flags%%|*}"
+  fi
   [[ "$WANTED" == *",$label,"* ]] || continue
   stem="serve-${label//+/_}"  # file names without '+'
   if [ $((SECONDS - START)) -gt 280 ]; then
@@ -95,7 +103,7 @@ for config in "${ALL_CONFIGS[@]}"; do
   fi
   say "$label: a server with $flags; $PROMPTS requests at each rate of $RATES"
   # shellcheck disable=SC2086  # the flags are words
-  if timeout --kill-after=10 190 python3 -m mini_vllm bench serve --model "$MODEL" \
+  if env $envs timeout --kill-after=10 190 python3 -m mini_vllm bench serve --model "$MODEL" \
     --device "$DEVICE" $flags $EXTRA --num-prompts "$PROMPTS" --random-input-len "$IN_LEN" \
     --random-output-len "$OUT_LEN" --random-range-ratio 0.5 --ignore-eos \
     --request-rate "$RATES" --label "$label" --server-timeout 120 --request-timeout 60 \

@@ -183,13 +183,13 @@ def test_a_stream_holds_back_a_partial_stop_string():
     )
 
     def push(part: str) -> str:
-        return choice.push(RequestOutputDelta([ord(c) for c in part]))
+        return choice.push(RequestOutputDelta("r-0", [ord(c) for c in part]))
 
     # The last three characters (a stop string of four, less one) wait for what follows.
     assert [push(part) for part in ("abS", "T", "x", "yS", "TO")] == ["", "a", "b", "ST", "xy"]
     assert push("Pz") == "" and choice.text == "abSTxy"
     assert (choice.finish_reason, choice.stop_reason) == ("stop", "STOP")
-    assert choice.push(RequestOutputDelta([ord("q")], "length")) == ""  # ended already
+    assert choice.push(RequestOutputDelta("r-0", [ord("q")], "length")) == ""  # ended already
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])

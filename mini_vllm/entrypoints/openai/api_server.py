@@ -252,7 +252,7 @@ def build_app(
     allowed_hosts: Sequence[str] | None = None,
     max_request_body_bytes: int | None = DEFAULT_MAX_REQUEST_BODY_BYTES,
 ) -> FastAPI:
-    """The app. Its lifespan starts the engine thread (the warm-up runs while the server
+    """The app. Its lifespan starts the engine core (the warm-up runs while the server
     already answers `/health` with 503) and stops it on shutdown.
 
     `api_keys`: the keys a `/v1` request must bear (None: no key wanted); `allowed_hosts`:
@@ -312,7 +312,9 @@ def build_app(
             return JSONResponse({"status": "ready"})
         if async_llm.startup_error is not None:
             body = {"status": "failed", "error": str(async_llm.startup_error)}
-        elif async_llm.llm is not None:
+        elif async_llm.engine_error is not None:
+            body = {"status": "failed", "error": f"the engine stopped: {async_llm.engine_error}"}
+        elif async_llm.info is not None:
             body = {"status": "stopped"}
         else:
             body = {"status": "warming up: loading, compiling, capturing CUDA graphs"}
@@ -328,8 +330,8 @@ def build_app(
 
     @app.get("/v1/models")
     async def show_models() -> JSONResponse:
-        llm = async_llm.llm
-        max_len = llm.engine.max_model_len if llm is not None else None
+        info = async_llm.info
+        max_len = info.max_model_len if info is not None else None
         models = ModelList(data=[ModelCard(id=served_model_name, max_model_len=max_len)])
         return JSONResponse(models.model_dump(mode="json"))
 

@@ -127,7 +127,7 @@ class OpenAIServingChat(OpenAIServing):
         its `top_logprobs` most likely alternatives."""
         if not request.logprobs:
             return None
-        tokenizer = self.llm.tokenizer
+        tokenizer = self.engine.tokenizer
 
         def entry_of(token: int, logprob: float) -> ChatLogProb:
             text = token_text(tokenizer, token)
@@ -166,11 +166,11 @@ class OpenAIServingChat(OpenAIServing):
             check_unicode(message.role, f"messages[{i}].role")
             check_unicode(content or "", f"messages[{i}].content")
             messages.append({"role": message.role, "content": content or ""})
-        tokenizer = self.llm.tokenizer
+        tokenizer = self.engine.tokenizer
         template = self.chat_template or getattr(tokenizer, "chat_template", None)
         if not template:
             raise ServingError(
-                f"the model {self.llm.config.model!r} has no chat template, so it cannot chat: "
+                f"the model {self.engine.model!r} has no chat template, so it cannot chat: "
                 "use /v1/completions, or start the server with --chat-template FILE",
                 400,
                 "messages",

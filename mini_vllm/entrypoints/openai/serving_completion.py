@@ -102,7 +102,7 @@ class OpenAIServingCompletion(OpenAIServing):
         """vLLM's prompt_logprobs: {token id: logprob, rank, text} a prompt token."""
         if request.prompt_logprobs is None or choice.prompt_logprobs is None:
             return None
-        tokenizer = self.llm.tokenizer
+        tokenizer = self.engine.tokenizer
         out: list[dict[int, PromptLogprob] | None] = []
         for kept in choice.prompt_logprobs:
             if kept is None:
@@ -123,7 +123,7 @@ class OpenAIServingCompletion(OpenAIServing):
         """With echo, the prompt as text (a token-id prompt decoded), put before the answer."""
         if not request.echo:
             return ""
-        return self.llm.tokenizer.decode(choice.prompt_token_ids, skip_special_tokens=False)
+        return self.engine.tokenizer.decode(choice.prompt_token_ids, skip_special_tokens=False)
 
     def _logprobs(
         self, request: CompletionRequest, token_ids: list[int], entries: list, offset: int
@@ -133,7 +133,7 @@ class OpenAIServingCompletion(OpenAIServing):
         its `logprobs` most likely alternatives, as vLLM's."""
         if request.logprobs is None:
             return None
-        tokenizer = self.llm.tokenizer
+        tokenizer = self.engine.tokenizer
         out = CompletionLogProbs()
         for token, entry in zip(token_ids, entries):
             text = token_text(tokenizer, token)

@@ -35,6 +35,8 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from mini_vllm.engine.core import EngineInfo
+from mini_vllm.engine.llm_engine import check_prompt_ids
 from mini_vllm.entrypoints.async_llm import AsyncLLM, RequestOutputDelta
 from mini_vllm.entrypoints.openai.protocol import (
     ErrorInfo,
@@ -315,26 +317,30 @@ class OpenAIServing:
         self._max_chars_per_token: int | None = None  # of the tokenizer, once asked for
 
     @property
-    def llm(self):
-        """The engine's LLM, or a 503 while it warms up (or if it failed to start)."""
-        llm = self.async_llm.llm
-        if llm is None or not self.async_llm.is_ready:
+    def engine(self) -> EngineInfo:
+        """What the server knows of the engine, or a 503 while it warms up (or if it failed
+        to start, or stopped)."""
+        info = self.async_llm.info
+        if info is None or not self.async_llm.is_ready:
             why = self.async_llm.startup_error
             if why is not None:
                 raise ServingError(f"the engine failed to start: {why}", 503)
+            why = self.async_llm.engine_error
+            if why is not None:
+                raise ServingError(f"the engine stopped: {why}; restart the server", 503)
             raise ServingError(
                 "the model is still loading and warming up (compiling, capturing CUDA graphs); "
                 "retry when GET /health answers 200",
                 503,
             )
-        return llm
+        return info
 
     @property
     def max_model_len(self) -> int:
-        return self.llm.engine.max_model_len
+        return self.engine.max_model_len
 
     def check_request(self, request: Any) -> None:
-        _ = self.llm  # 503 before the warm-up is done
+        _ = self.engine  # 503 before the warm-up is done
         if request.model is not None and request.model != self.served_model_name:
             raise ServingError(
                 f"The model {clip(request.model)} does not exist: this server serves "
@@ -380,10 +386,10 @@ class OpenAIServing:
         per token of context cannot fit. Assumes the tokenizer's normalizer drops no text,
         which holds for the byte-level BPE and SentencePiece tokenizers of LLMs."""
         if self._max_chars_per_token is None:
-            llm = self.llm
-            decode = llm.tokenizer.decode
+            engine = self.engine
+            decode = engine.tokenizer.decode
             longest = 1
-            for token in range(llm.engine.model.config.vocab_size):
+            for token in range(engine.vocab_size):
                 try:
                     longest = max(longest, len(decode([token], skip_special_tokens=False)))
                 except Exception:  # an id the tokenizer lacks (a padded vocabulary) is no text
@@ -409,7 +415,7 @@ class OpenAIServing:
         """Text to ids, checked first for length and Unicode. Call off the event loop."""
         self.check_text_length(text, param)
         check_unicode(text, param)
-        return self.llm.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        return self.engine.tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
     def check_prompt(self, ids: list[int], param: str) -> list[int]:
         """The prompt's ids, checked against the context length (first: it costs nothing) and
@@ -423,7 +429,7 @@ class OpenAIServing:
                 param,
             )
         try:
-            return self.llm.engine.check_prompt(ids)
+            return check_prompt_ids(ids, self.engine.vocab_size)
         except UserError as exc:
             raise ServingError(str(exc), 400, param) from None
 
@@ -474,12 +480,12 @@ class OpenAIServing:
         except UserError as exc:
             # SamplingParams' messages start with the field's name.
             raise ServingError(str(exc), 400, str(exc).split()[0]) from None
-        blocks = self.llm.engine.block_manager
-        needed = blocks.blocks_needed(prompt_len + params.max_tokens)
-        if needed > blocks.num_blocks:
+        engine = self.engine
+        needed = engine.blocks_needed(prompt_len + params.max_tokens)
+        if needed > engine.num_kv_blocks:
             raise ServingError(
                 f"the prompt ({prompt_len} tokens) and {max_tokens_param} ({params.max_tokens}) "
-                f"need {needed} KV blocks, more than the whole cache of {blocks.num_blocks}: "
+                f"need {needed} KV blocks, more than the whole cache of {engine.num_kv_blocks}: "
                 f"lower {max_tokens_param} (or start the server with a larger cache)",
                 400,
                 max_tokens_param,
@@ -496,7 +502,7 @@ class OpenAIServing:
 
     def _logit_bias(self, bias: dict[str, float]) -> dict[int, float]:
         """OpenAI's logit_bias (token ids as strings, biases in [-100, 100]) as the engine's."""
-        vocab = self.llm.engine.model.config.vocab_size
+        vocab = self.engine.vocab_size
         out = {}
         for key, value in bias.items():
             if not (key.isdigit() and int(key) < vocab):
@@ -523,8 +529,8 @@ class OpenAIServing:
         of prompt i, as OpenAI numbers them; a seeded one gets seed + j, as `LLM.generate`
         and vLLM's parallel sampling); the choices to fill, and the deltas as they come."""
         arrival = time.monotonic()
-        tokenizer = self.llm.tokenizer
-        eos = tuple(self.llm.engine.scheduler.eos_token_ids)
+        tokenizer = self.engine.tokenizer
+        eos = self.engine.eos_token_ids
         choices, streams = [], []
         for ids, sp in zip(prompts, params):
             for child in sampling_children(sp):
