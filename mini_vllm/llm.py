@@ -22,7 +22,7 @@ from mini_vllm.engine.llm_engine import LLMEngine
 from mini_vllm.engine.sequence import Sequence
 from mini_vllm.engine.stats import EngineStats
 from mini_vllm.errors import UserError
-from mini_vllm.executor.multiproc_executor import MultiprocExecutor, rank_device
+from mini_vllm.executor import Executor, make_executor
 from mini_vllm.models.loader import load_model, load_model_config, resolve_device, resolve_dtype
 from mini_vllm.outputs import CompletionOutput, Logprob, RequestOutput, logprob_entry
 from mini_vllm.sampling_params import SamplingParams
@@ -51,12 +51,13 @@ class LLM:
             memory["in_use_bytes"] += weight_bytes // config.tensor_parallel_size
         plan_kv_cache(config, model_config, dtype, device, **memory)
         start = time.perf_counter()
-        # Tensor parallelism: the other ranks start now and load their shards meanwhile.
-        executor = MultiprocExecutor(config) if config.tensor_parallel_size > 1 else None
+        # Tensor parallelism: the other ranks start now and load their shards meanwhile (or,
+        # under a launcher, every rank is a process like this one, loading its own).
+        executor = make_executor(config)
         try:
             loaded, tokenizer, _ = load_model(
                 config.model,
-                device=rank_device(config.device, 0) if executor else config.device,
+                device=executor.device if executor else config.device,
                 dtype=config.dtype,
                 seed=config.seed,
                 custom_ops=config.custom_ops,
@@ -103,7 +104,7 @@ class LLM:
         model,
         tokenizer,
         capture_progress: bool = True,
-        model_executor: MultiprocExecutor | None = None,
+        model_executor: Executor | None = None,
     ) -> None:
         self.config = config
         self.tokenizer = tokenizer if tokenizer is not None else default_tokenizer(model.config)

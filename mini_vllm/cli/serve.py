@@ -104,6 +104,11 @@ ENGINE_FLAGS: dict[str, tuple[str, dict]] = {
         "cores; CUDA: GPUs 0..N-1); eager only for now",
         dict(type=int, default=1),
     ),
+    "distributed_executor_backend": (
+        "who starts the ranks: mp (this process, one a rank) or external_launcher (torchrun "
+        "started each rank, which runs the whole engine)",
+        dict(default="mp", choices=["mp", "external_launcher"]),
+    ),
 }
 
 

@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 
+# ANCHOR: group_coordinator
 @dataclass
 class GroupCoordinator:
     """One parallel group as this rank sees it (vLLM: `GroupCoordinator`).
@@ -84,6 +85,11 @@ class GroupCoordinator:
         return int(t.item())
 
 
+# ANCHOR_END: group_coordinator
+
+
+# How long the ranks may take to meet (each process starts Python and imports torch first).
+RENDEZVOUS_TIMEOUT_S = 300.0
 _SINGLE = GroupCoordinator.single()
 _TP: GroupCoordinator | None = None
 # The groups the all-reduce op finds by name (vLLM keeps the same table, `_groups`).
@@ -123,6 +129,7 @@ def model_parallel_is_initialized() -> bool:
     return _TP is not None
 
 
+# ANCHOR: init_distributed
 def init_distributed_environment(
     world_size: int,
     rank: int,
@@ -132,18 +139,31 @@ def init_distributed_environment(
 ) -> None:
     """Join the process group of `world_size` ranks (every rank calls this, each with its own
     `rank`). `timeout_s` bounds every collective: a rank that is gone or on another step
-    turns into an error on the others after that long, never a hang."""
+    turns into an error on the others after that long, never a hang. Meeting the other
+    ranks may take longer (each starts a Python and imports torch first): with a
+    `tcp://host:port` method the rendezvous waits up to `RENDEZVOUS_TIMEOUT_S`."""
     if dist.is_initialized():
         raise RuntimeError(
             "torch.distributed is already initialised in this process: one tensor-parallel "
             "engine a process (delete the other LLM first)"
         )
+    options = dict(init_method=distributed_init_method)
+    if distributed_init_method.startswith("tcp://"):
+        host, port = distributed_init_method.removeprefix("tcp://").rsplit(":", 1)
+        store = dist.TCPStore(
+            host,
+            int(port),
+            world_size,
+            is_master=rank == 0,
+            timeout=datetime.timedelta(seconds=max(timeout_s, RENDEZVOUS_TIMEOUT_S)),
+        )
+        options = dict(store=store)
     dist.init_process_group(
         backend=backend,
-        init_method=distributed_init_method,
         world_size=world_size,
         rank=rank,
         timeout=datetime.timedelta(seconds=timeout_s),
+        **options,
     )
 
 
@@ -162,6 +182,9 @@ def initialize_model_parallel(tensor_model_parallel_size: int) -> None:
         cpu_group = dist.new_group(backend="gloo")
     _TP = GroupCoordinator("tp", world_size, dist.get_rank(), device_group, cpu_group)
     _groups[_TP.unique_name] = _TP
+
+
+# ANCHOR_END: init_distributed
 
 
 def destroy_distributed_environment() -> None:

@@ -45,8 +45,10 @@ CPU_BATCH_LIMITS = (16, 2048)
 LARGE_GPU_BYTES = 70 * 2**30
 # vLLM's largest block size choice; a larger block only wastes its unused tail.
 MAX_BLOCK_SIZE = 256
-# The GPUs of one machine, at most; mini_vllm has no multi-machine executor.
+# The GPUs of one machine, at most, for the executor that starts the ranks itself; under a
+# launcher (torchrun, several machines) the ranks of a few machines.
 MAX_TENSOR_PARALLEL_SIZE = 8
+MAX_LAUNCHED_TENSOR_PARALLEL_SIZE = 64
 
 
 def _is_int(value: object) -> bool:
@@ -132,6 +134,11 @@ class EngineConfig:
     # Ranks the model is split over, one process each on this machine (vLLM's name):
     # mini_vllm/executor/multiproc_executor.py. 1: the single-process engine.
     tensor_parallel_size: int = 1
+    # Who starts the ranks (vLLM's name): "mp" (the default), this process starts one a
+    # rank on this machine (mini_vllm/executor/multiproc_executor.py); "external_launcher",
+    # a launcher such as torchrun started every rank, each of which runs the whole engine
+    # (mini_vllm/executor/external_launcher.py).
+    distributed_executor_backend: str = "mp"
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -252,28 +259,46 @@ class EngineConfig:
     # ANCHOR: check_tensor_parallel
     def _check_tensor_parallel_size(self) -> None:
         tp = self.tensor_parallel_size
-        if not _is_int(tp) or not 1 <= tp <= MAX_TENSOR_PARALLEL_SIZE:
+        backends = ("mp", "external_launcher")
+        if self.distributed_executor_backend not in backends:
             raise UserError(
-                f"tensor_parallel_size must be an integer from 1 to {MAX_TENSOR_PARALLEL_SIZE} "
-                f"(the ranks of one machine), got {tp!r}"
+                f"distributed_executor_backend must be one of {', '.join(backends)}, got "
+                f"{self.distributed_executor_backend!r}"
+            )
+        launched = self.distributed_executor_backend == "external_launcher"
+        most = MAX_LAUNCHED_TENSOR_PARALLEL_SIZE if launched else MAX_TENSOR_PARALLEL_SIZE
+        if not _is_int(tp) or not 1 <= tp <= most:
+            where = "the ranks a launcher started" if launched else "the ranks of one machine"
+            raise UserError(
+                f"tensor_parallel_size must be an integer from 1 to {most} ({where}), got {tp!r}"
             )
         if tp == 1:
             return
-        if self.device == "cpu":
+        if launched:
+            from mini_vllm.executor.external_launcher import launcher_env
+
+            # Launched as it should be, before anything is allocated.
+            _, _, local_world = launcher_env(tp)
+            if self.device != "cpu" and local_world > torch.cuda.device_count():
+                raise UserError(
+                    f"the launcher started {local_world} ranks on this machine, which has "
+                    f"{torch.cuda.device_count()} GPUs: one GPU a rank (--nproc-per-node)"
+                )
+        elif self.device == "cpu":
             cores = os.cpu_count() or 1
             if tp > cores:
                 raise UserError(
                     f"tensor_parallel_size={tp} on the CPU needs a core a rank, but this "
                     f"machine has {cores}; give at most {cores}"
                 )
-        else:
+        if self.device != "cpu":
             gpus = torch.cuda.device_count()
             if self.device != "cuda":
                 raise UserError(
                     f"tensor_parallel_size={tp} puts rank r on cuda:r; give device='cuda', "
                     f"not {self.device!r}"
                 )
-            if tp > gpus:
+            if tp > gpus and self.distributed_executor_backend == "mp":
                 raise UserError(
                     f"tensor_parallel_size={tp} needs {tp} GPUs, this machine has {gpus}"
                 )

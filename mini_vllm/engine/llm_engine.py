@@ -36,7 +36,7 @@ from mini_vllm.engine.scheduler_output import SchedulerOutput
 from mini_vllm.engine.sequence import FinishReason, Sequence, as_token_id
 from mini_vllm.engine.stats import EngineStats
 from mini_vllm.errors import UserError
-from mini_vllm.executor.multiproc_executor import MultiprocExecutor
+from mini_vllm.executor import Executor
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.utils import OneCallerAtATime
 
@@ -75,7 +75,7 @@ class LLMEngine:
         model: torch.nn.Module,
         tokenizer=None,
         capture_progress: bool = True,
-        model_executor: MultiprocExecutor | None = None,
+        model_executor: Executor | None = None,
     ) -> None:
         self.config = config
         # Tensor parallelism: the other ranks' processes; None for the single-process engine.

@@ -139,6 +139,9 @@ class ModelRunner:
         self.model = model
         self.config = config
         self.tp_rank = get_tensor_model_parallel_rank()
+        # Under a launcher every rank runs the whole engine, so every rank samples, from the
+        # same gathered logits with the same generators (mini_vllm/executor/external_launcher.py).
+        self.every_rank_samples = False
         weight = next(model.parameters())
         self.device, self.dtype = weight.device, weight.dtype
         mc = model.config
@@ -444,9 +447,12 @@ class ModelRunner:
                 rows = async_tensor_h2d(inputs.logits_indices, torch.long, self.device)
                 selected = hidden_states.index_select(0, rows)
             logits = self.model.compute_logits(selected)  # every rank joins its gather
-            if self.tp_rank > 0:
+            if self.tp_rank > 0 and not self.every_rank_samples:
                 # Only rank 0 samples: the others' random draws could never disagree with
                 # its own, and their tokens are not needed (vLLM reads rank 0's output).
+                self.last_step = self._record(
+                    step, n, runtime_mode, time.perf_counter() - start, forward_seconds
+                )
                 return sampled
             scheduled = output.scheduled
             seqs = [scheduled[row].seq for row in sampling_rows]

@@ -140,10 +140,12 @@ def _shutdown(workers: list[_Worker]) -> None:
 class MultiprocExecutor:
     """Starts ranks 1..N-1 and makes this process rank 0; `execute_model` runs a step on all."""
 
+    # ANCHOR: executor_init
     def __init__(self, config) -> None:
         self.world_size = config.tensor_parallel_size
         self.timeout_s = envs.MINI_VLLM_TP_TIMEOUT_S
         self.driver_runner = None  # rank 0's ModelRunner, set by the engine
+        self.device = rank_device(config.device, 0)  # this process is rank 0
         self._failure: str | None = None
         init_method = f"tcp://127.0.0.1:{_free_port()}"
         context = mp.get_context("spawn")  # CUDA cannot be used in a forked child
@@ -167,6 +169,8 @@ class MultiprocExecutor:
             self.world_size, 0, init_method, _backend(config.device), self.timeout_s
         )
         initialize_model_parallel(self.world_size)
+
+    # ANCHOR_END: executor_init
 
     def wait_for_workers_loaded(self, timeout_s: float = 600.0) -> None:
         """Wait until every worker holds its shard (loading may take longer than a step's
@@ -216,6 +220,7 @@ class MultiprocExecutor:
         except (EOFError, OSError):
             return "error", _PIPE_CLOSED
 
+    # ANCHOR: fail
     def _fail(self, what: str, cause: BaseException | None = None):
         """Raise one error that says which rank parted and why; end the workers."""
         reasons = []
@@ -241,6 +246,8 @@ class MultiprocExecutor:
         )
         self.shutdown()
         raise RuntimeError(self._failure) from cause
+
+    # ANCHOR_END: fail
 
     @property
     def failed(self) -> bool:
