@@ -5,15 +5,66 @@ vllm/entrypoints/llm.py (`LLM.generate`, `LLM.chat`). With one prompt this runs 
 00's decode loop (mini_vllm/teaching/decode_loop.py), prints the text as it is produced, then
 TTFT, the mean inter-token latency and tokens/s. With several prompts it serves them
 all at once through the engine (`mini_vllm.LLM`: paged KV cache, continuous batching)
-and prints each answer, then the engine's statistics.
+and prints each answer with its finish reason, then the engine's statistics.
+
+What it is doing goes to stderr, so that stdout holds only the answers: with several
+prompts a line when loading and generating start, and with any number a line every few
+seconds while either lasts (the first load on a busy machine can take minutes).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from mini_vllm.cli.options import model_options, option
+
+HEARTBEAT_S = 5.0  # while loading or generating, a progress line at least this often
+
+
+def say(line: str) -> None:
+    """A progress line on stderr, drawn above any progress bar (the weights' conversion)."""
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stderr)
+
+
+@contextmanager
+def heartbeat(
+    what: str, detail: Callable[[], str] = lambda: "", every_s: float | None = None
+) -> Iterator[None]:
+    """While the block runs, a line on stderr every `every_s` seconds (HEARTBEAT_S by
+    default): what it is doing, for how long, and `detail()`."""
+    every_s = HEARTBEAT_S if every_s is None else every_s
+    start = time.perf_counter()
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            extra = detail()
+            seconds = time.perf_counter() - start
+            say(f"  {what}: {seconds:.0f} s" + (f", {extra}" if extra else ""))
+
+    thread = threading.Thread(target=beat, name="generate-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def finish_note(reason: str, max_tokens: int) -> str:
+    """What a finish reason means, for a reader who has not met them yet."""
+    notes = {
+        "stop": "the model ended its answer",
+        "length": f"cut at the token limit, --max-tokens {max_tokens}",
+    }
+    return f"{reason} ({notes[reason]})" if reason in notes else reason
 
 
 def add_parser(subparsers) -> None:
@@ -40,24 +91,19 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mini_vllm.errors import UserError
-    from mini_vllm.models.loader import resolve_device
-    from mini_vllm.sampling_params import SamplingParams
 
-    # The sampling flags are SamplingParams' fields, by the same names; its message
-    # starts with the field's name, which gives the flag to point at.
-    sampling = ("temperature", "top_k", "top_p", "max_tokens", "seed", "ignore_eos")
-    try:
-        params = SamplingParams(**{name: getattr(args, name) for name in sampling})
-    except UserError as exc:
-        field = str(exc).split()[0]
-        raise UserError(f"--{field.replace('_', '-')}: {exc}") from None
-    resolve_device(args.device)  # fail on a missing GPU before loading anything
+    several = len(args.prompts) > 1
+    if several:
+        say(f"loading {args.model} ...")
+    start = time.perf_counter()
+    with heartbeat(f"loading {args.model}"):
+        params, model, tokenizer, config = _load(args)
+    if several:
+        say(f"loaded in {time.perf_counter() - start:.1f} s")
 
-    from mini_vllm.models.loader import load_model
     from mini_vllm.teaching.decode_loop import generate
     from mini_vllm.tokenizer import default_tokenizer
 
-    model, tokenizer, config = load_model(args.model, device=args.device, dtype=args.dtype, seed=0)
     if tokenizer is None:
         print(
             f"note: {args.model} has no tokenizer of its own (random "
@@ -101,10 +147,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load(args: argparse.Namespace):
+    """The sampling parameters from the flags (checked first), then the model: torch's
+    import, and on the first run the weights' conversion, take the time."""
+    from mini_vllm.errors import UserError
+    from mini_vllm.models.loader import load_model, resolve_device
+    from mini_vllm.sampling_params import SamplingParams
+
+    # The sampling flags are SamplingParams' fields, by the same names; its message
+    # starts with the field's name, which gives the flag to point at.
+    sampling = ("temperature", "top_k", "top_p", "max_tokens", "seed", "ignore_eos")
+    try:
+        params = SamplingParams(**{name: getattr(args, name) for name in sampling})
+    except UserError as exc:
+        field = str(exc).split()[0]
+        raise UserError(f"--{field.replace('_', '-')}: {exc}") from None
+    resolve_device(args.device)  # fail on a missing GPU before loading anything
+    model, tokenizer, config = load_model(args.model, device=args.device, dtype=args.dtype, seed=0)
+    return params, model, tokenizer, config
+
+
 def _serve_many(args, model, tokenizer, all_ids: list[list[int]], params) -> int:
     """Several prompts: one engine, continuous batching, answers in prompt order."""
-    import time
-
     from mini_vllm.llm import LLM
 
     # A prompt longer than the model's context fails alone, its reason printed in its
@@ -127,8 +191,14 @@ def _serve_many(args, model, tokenizer, all_ids: list[list[int]], params) -> int
             max_model_len=min(limit, max(len(all_ids[i]) for i in fits) + params.max_tokens),
             enforce_eager=args.enforce_eager,
         )
+        say(f"generating {len(fits)} answers together, at most {params.max_tokens} tokens each ...")
         start = time.perf_counter()
-        served = llm.generate([all_ids[i] for i in fits], params, use_tqdm=False)
+        progress = llm.stats  # read by the heartbeat's thread: counts only
+        with heartbeat(
+            "generating",
+            lambda: f"{progress.num_steps} steps, {progress.decode_tokens} tokens decoded so far",
+        ):
+            served = llm.generate([all_ids[i] for i in fits], params, use_tqdm=False)
         seconds = time.perf_counter() - start
         outputs = dict(zip(fits, served))
     failed = 0
@@ -137,6 +207,8 @@ def _serve_many(args, model, tokenizer, all_ids: list[list[int]], params) -> int
         output = outputs.get(i)
         if output is not None and output.ok:
             print(output.text.strip())
+            note = finish_note(output.finish_reason, params.max_tokens)
+            print(f"[{len(output.token_ids)} tokens, finish: {note}]")
         else:
             failed += 1
             print(f"(failed: {errors.get(i) or output.error})")

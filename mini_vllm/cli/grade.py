@@ -1,11 +1,14 @@
 """`python -m mini_vllm grade`: run the labs' tests and score them, step by step.
 
-For instructors. Runs each lab's tests (one pytest process a lab) against the starters
-in the repository, against a student's submission (`--submission DIR`), or against the
-reference (`--impl ref`), then prints a table (lab, step, passed/total) and can write
-the result in the Gradescope autograder format (`--results-json`): one entry a test,
-with its name, score, max_score and the failure's output. A test's step is its `stepN`
-marker; a GPU-REQ test that skipped for lack of a GPU scores 0 and says so.
+Runs each lab's tests (one pytest process a lab) against the starters in the
+repository, against a student's submission (`--submission DIR`), or against the
+reference (`--impl ref`), then prints a table (lab, step, passed/total, and each lab's
+total when there are several) and can write the result in the Gradescope autograder
+format (`--results-json`): one entry a test, with its name, score, max_score and the
+failure's output. A student grades their own lab by naming it (`grade phase-02/lab-01`,
+a few seconds); with no lab named, every lab is graded (about 1 to 2 minutes on two idle
+cores, several times that on a busy machine). A test's step is its `stepN` marker; a
+GPU-REQ test that skipped for lack of a GPU scores 0 and says so.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from pathlib import Path
 from mini_vllm.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# What grading one lab takes on two idle cores (measured: 3 to 12 s, most of it pytest
+# starting and importing torch); a busy machine takes several times longer.
+SECONDS_PER_LAB = (5, 10)
 
 
 @dataclass
@@ -178,6 +184,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
 
 
+def grade_command() -> str:
+    """How the reader runs grade: with the Python running this one, as they would type it."""
+    python = Path(sys.executable)
+    try:
+        return f"{python.relative_to(REPO_ROOT)} -m mini_vllm grade"
+    except ValueError:
+        return "python -m mini_vllm grade"
+
+
+def all_labs_notice(count: int, example: Path) -> str:
+    """Said before grading every lab: how long it takes, and how to grade just one."""
+    low, high = (count * s / 60 for s in SECONDS_PER_LAB)
+    return (
+        f"grading all {count} labs, one pytest run each: about {max(1, round(low))} to "
+        f"{max(2, round(high))} minutes on two idle cores, several times that on a busy "
+        f"machine. One lab takes seconds: {grade_command()} {lab_key(example)} "
+        "(or a whole phase: phase-05)"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     if args.submission is not None:
         if args.impl == "ref":
@@ -193,21 +219,22 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--results-json {where}: cannot write there ({exc})") from None
     labs = select_labs(args.labs)
     if not args.labs and len(labs) > 1:
-        print(
-            f"grading all {len(labs)} labs, one pytest run each (several minutes); one lab: "
-            f"python -m mini_vllm grade {lab_key(labs[0])}",
-            file=sys.stderr,
-        )
+        print(all_labs_notice(len(labs), labs[0]), file=sys.stderr, flush=True)
     results: list[TestResult] = []
+    began = time.perf_counter()
     for i, lab in enumerate(labs, 1):
         print(f"[{i}/{len(labs)}] {lab_key(lab)} ...", file=sys.stderr, end="", flush=True)
         start = time.perf_counter()
         mine = run_lab(lab, args.impl, args.submission)
         passed = sum(r.outcome == "passed" for r in mine)
         seconds = time.perf_counter() - start
-        print(f" {passed}/{len(mine)} passed in {seconds:.0f} s", file=sys.stderr, flush=True)
+        left = (time.perf_counter() - began) / i * (len(labs) - i)
+        eta = f", about {left:.0f} s to go" if i < len(labs) else ""
+        print(f" {passed}/{len(mine)} passed in {seconds:.0f} s{eta}", file=sys.stderr, flush=True)
         results += mine
     print(format_table(results))
+    if len(labs) > 1:
+        print(f"one lab, step by step: {grade_command()} {lab_key(labs[0])}", file=sys.stderr)
     if args.results_json is not None:
         args.results_json.write_text(json.dumps(gradescope_results(results), indent=1) + "\n")
         print(f"wrote {args.results_json}", file=sys.stderr)

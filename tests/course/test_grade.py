@@ -153,3 +153,48 @@ def test_mistakes_get_a_message_that_says_what_to_do(args, message):
     proc = run_grade(*args)
     assert proc.returncode == 2
     assert message in proc.stderr
+
+
+def fake_run_lab(lab: Path, impl: str, submission: Path | None) -> list[grade.TestResult]:
+    """Two tests a lab, one passing: the grading around run_lab, without its minute."""
+    return [
+        grade.TestResult(grade.lab_key(lab), "test_a", 1, "passed", ""),
+        grade.TestResult(grade.lab_key(lab), "test_b", 2, "failed", "AssertionError"),
+    ]
+
+
+def test_grading_every_lab_says_first_how_long_it_takes_and_how_to_grade_one(monkeypatch, capsys):
+    from mini_vllm.__main__ import main
+
+    monkeypatch.setattr(grade, "run_lab", fake_run_lab)
+    assert main(["grade"]) == 0
+    captured = capsys.readouterr()
+    first, *progress = captured.err.splitlines()
+    assert first.startswith(f"grading all {len(LABS)} labs, one pytest run each: about ")
+    assert "minutes" in first and f"grade {grade.lab_key(LABS[0])}" in first
+    # A line a lab as it is graded, with what is left; then how to grade one lab.
+    assert progress[0].startswith(f"[1/{len(LABS)}] {grade.lab_key(LABS[0])} ... 1/2 passed in")
+    assert "to go" in progress[0] and "to go" not in progress[len(LABS) - 1]
+    assert progress[-1].startswith("one lab, step by step: ") and "mini_vllm grade" in progress[-1]
+    # The table: each lab's steps, then its own total; the last line, the total of all.
+    rows = captured.out.splitlines()
+    for lab in LABS:
+        assert any(row.split()[:3] == [grade.lab_key(lab), "all", "1/2"] for row in rows)
+    assert rows[-1].split() == ["total", f"{len(LABS)}/{2 * len(LABS)}"]
+
+
+def test_grading_one_lab_starts_at_once(monkeypatch, capsys):
+    from mini_vllm.__main__ import main
+
+    monkeypatch.setattr(grade, "run_lab", fake_run_lab)
+    assert main(["grade", "phase-02"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("[1/1] phase-02/lab-01-block-manager ... 1/2 passed in")
+    assert "grading all" not in captured.err and "all" not in captured.out.split()
+    assert captured.out.splitlines()[-1].split() == ["total", "1/2"]
+
+
+def test_the_time_to_grade_every_lab_is_said_in_whole_minutes():
+    notice = grade.all_labs_notice(13, LABS[0])
+    assert "about 1 to 2 minutes on two idle cores" in notice
+    assert "about 4 to 8 minutes" in grade.all_labs_notice(50, LABS[0])

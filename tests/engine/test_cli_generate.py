@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 import torch
@@ -40,12 +41,38 @@ def test_several_prompts_are_served_together_by_the_engine(capsys):
         )
         == 0
     )
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     for i, prompt in enumerate(["hello", "a longer second prompt", "third"], 1):
         assert f"--- [{i}] {prompt}" in out
+    # Each answer ends with its length and finish reason, said in words.
+    assert out.count("[5 tokens, finish: length (cut at the token limit, --max-tokens 5)]") == 3
     assert "[3 prompts served together: 15 tokens in" in out
     # The engine's statistics: prefills and decodes ran as batches of several requests.
     assert re.search(r"batch sizes \{.*3:\d+", out) and "preemptions 0" in out
+    # What it was doing went to stderr, so stdout holds only the answers.
+    assert "loading tiny ..." in captured.err and "loaded in" in captured.err
+    assert "generating 3 answers together, at most 5 tokens each ..." in captured.err
+    assert "loading" not in out
+
+
+def test_a_slow_step_says_what_it_is_doing_every_few_seconds(capsys):
+    from mini_vllm.cli.generate import heartbeat
+
+    with heartbeat("generating", lambda: "12 steps", every_s=0.02):
+        time.sleep(0.3)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 3 and all(re.fullmatch(r"  generating: \d+ s, 12 steps", x) for x in lines)
+    with heartbeat("quick", every_s=60):
+        pass  # ends before its first beat: silent, and does not wait for it
+    assert capsys.readouterr().err == ""
+
+
+def test_an_answer_the_model_ended_says_so():
+    from mini_vllm.cli.generate import finish_note
+
+    assert finish_note("stop", 48) == "stop (the model ended its answer)"
+    assert finish_note("length", 48) == "length (cut at the token limit, --max-tokens 48)"
 
 
 def test_a_prompt_too_long_fails_alone_and_the_others_are_answered(capsys):
