@@ -227,8 +227,8 @@ class MultiprocExecutor:
         for worker in self.workers:
             worker.process.join(0.5)  # a rank that crashed has an exit code by now
             # What it sent before it went (a closed pipe also polls as readable).
-            what, detail = self._receive(worker) if worker.conn.poll(0) else ("", None)
-            if what == "error" and detail != _PIPE_CLOSED:
+            said, detail = self._receive(worker) if worker.conn.poll(0) else ("", None)
+            if said == "error" and detail != _PIPE_CLOSED:
                 reasons.append(f"rank {worker.rank} raised:\n{str(detail).strip()}")
             elif not worker.process.is_alive():
                 reasons.append(

@@ -179,7 +179,8 @@ def test_a_rank_that_dies_is_an_error_naming_it_within_seconds(monkeypatch):
     [pid] = _worker_pids(llm)
     os.kill(pid, signal.SIGKILL)
     start = time.monotonic()
-    with pytest.raises(RuntimeError, match=r"rank 1 .*died with exit code -9"):
+    # The message keeps what failed (rank 0's step) before why (rank 1 died).
+    with pytest.raises(RuntimeError, match=r"parallelism: rank 0 failed .*rank 1 .*exit code -9"):
         llm.generate(PROMPTS, GREEDY)
     assert time.monotonic() - start < 8
     with pytest.raises(RuntimeError, match="delete this LLM"):  # and stays refused
@@ -194,7 +195,9 @@ def test_a_rank_that_skips_a_step_is_a_timeout_error_not_a_hang(monkeypatch):
     # Rank 1 never hears of the next step: rank 0 runs its forward alone.
     monkeypatch.setattr(executor, "_broadcast", lambda method, args: None)
     start = time.monotonic()
-    with pytest.raises(RuntimeError, match="ranks disagree on the step"):
+    with pytest.raises(
+        RuntimeError, match="parallelism: rank 0 failed .*ranks disagree on the step"
+    ):
         llm.generate(PROMPTS, GREEDY)
     assert time.monotonic() - start < 10
     assert _gone_within(pids, 10), "the workers of a failed engine must end"
