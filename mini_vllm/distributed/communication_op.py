@@ -13,6 +13,7 @@ from mini_vllm.distributed.parallel_state import get_tp_group
 __all__ = ["tensor_model_parallel_all_gather", "tensor_model_parallel_all_reduce"]
 
 
+# ANCHOR: tp_collectives
 def tensor_model_parallel_all_reduce(input_: torch.Tensor) -> torch.Tensor:
     """The sum of every rank's `input_` (a row-parallel layer's partial products)."""
     return get_tp_group().all_reduce(input_)
@@ -21,3 +22,6 @@ def tensor_model_parallel_all_reduce(input_: torch.Tensor) -> torch.Tensor:
 def tensor_model_parallel_all_gather(input_: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Every rank's `input_` side by side along `dim` (a column-parallel layer's slices)."""
     return get_tp_group().all_gather(input_, dim)
+
+
+# ANCHOR_END: tp_collectives

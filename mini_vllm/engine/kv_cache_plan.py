@@ -280,12 +280,14 @@ def plan_kv_cache(
         )
     max_model_len = config.max_model_len or model_len
     config.scheduler_config(max_model_len)  # without chunking, a whole prompt fits a step
+    # ANCHOR: kv_heads_per_rank
     # A rank's share of the KV heads (QKVParallelLinear's: split over the ranks, or one
     # replicated head when there are fewer heads than ranks).
     kv_heads = max(1, model_config.num_key_value_heads // config.tensor_parallel_size)
     kv_size = kv_heads * model_config.head_dim
     bytes_per_token = model_config.num_hidden_layers * 2 * kv_size * dtype.itemsize
     bytes_per_block = config.block_size * bytes_per_token
+    # ANCHOR_END: kv_heads_per_rank
     # All the blocks max_num_seqs requests of max_model_len tokens can ever hold.
     full_length_blocks = config.max_num_seqs * math.ceil(max_model_len / config.block_size)
     sized_by_utilization = False

@@ -110,11 +110,14 @@ class LinearBase(CustomOp):
         _check_shape(param.data, loaded, f"{type(self).__name__}")
         param.data.copy_(loaded)
 
+    # ANCHOR: load_shard
     def _load_shard(self, param: nn.Parameter, loaded: torch.Tensor, dim: int, size: int) -> None:
         """Copy this rank's `size` slices of the whole tensor along `dim` into `param`."""
         shard = loaded.narrow(dim, self.tp_rank * size, size) if self.tp_size > 1 else loaded
         _check_shape(param.data, shard, type(self).__name__)
         param.data.copy_(shard)
+
+    # ANCHOR_END: load_shard
 
     def extra_repr(self) -> str:
         shard = f", tp={self.tp_size}" if self.tp_size > 1 else ""
@@ -167,6 +170,7 @@ class ColumnParallelLinear(LinearBase):
 # ANCHOR_END: column_parallel
 
 
+# ANCHOR: merged_column_parallel
 class MergedColumnParallelLinear(ColumnParallelLinear):
     """Several projections of the same input stacked by rows (gate and up), each split by
     rows over the ranks: this rank holds `[gate shard | up shard]`."""
@@ -189,6 +193,9 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         shard = loaded.narrow(0, self.tp_rank * size, size) if tp > 1 else loaded
         _check_shape(rows, shard, f"MergedColumnLinear shard {shard_id}")
         rows.copy_(shard)
+
+
+# ANCHOR_END: merged_column_parallel
 
 
 # ANCHOR: qkv_linear

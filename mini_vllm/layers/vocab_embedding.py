@@ -32,6 +32,7 @@ from mini_vllm.layers.linear import LinearBase, _check_shape
 __all__ = ["LMHead", "ParallelLMHead", "VocabEmbedding", "VocabParallelEmbedding"]
 
 
+# ANCHOR: vocab_range
 def _vocab_range(vocab_size: int, tp_size: int, tp_rank: int) -> tuple[int, int, int]:
     """(first id, one past the last id, rows a rank holds) of this rank's vocabulary shard."""
     per_partition = math.ceil(vocab_size / tp_size)
@@ -46,6 +47,9 @@ def _load_vocab_shard(param: nn.Parameter, loaded: torch.Tensor, start: int, end
     rows.copy_(shard)
     if end - start < param.shape[0]:
         param.data[end - start :].zero_()  # padding rows: never looked up, logits cut off
+
+
+# ANCHOR_END: vocab_range
 
 
 # ANCHOR: vocab_parallel_embedding
