@@ -23,6 +23,7 @@ Both clients take the same calls and report through the same three callbacks:
 
 from __future__ import annotations
 
+import atexit
 import logging
 import multiprocessing
 import os
@@ -184,13 +185,16 @@ class MPClient(EngineCoreClient):
     def start(self, on_ready: OnReady, on_outputs: OnOutputs, on_dead: OnDead) -> None:
         self._callbacks = (on_ready, on_outputs, on_dead)
         spawn = multiprocessing.get_context("spawn")
+        # Not a daemon: a daemon process may not start processes of its own, and the core
+        # starts one a tensor-parallel rank. So this process ends it at exit instead (before
+        # multiprocessing's own exit handler, which would wait for it).
         self._proc = spawn.Process(
             target=run_engine_core,
             args=(self._engine_factory, self._input_path, self._output_path, os.getpid()),
             name="mini_vllm-engine-core",
-            daemon=True,
         )
         self._proc.start()
+        atexit.register(_end_at_exit, self._proc)
         self._thread.start()
 
     def send(self, command) -> None:
@@ -276,6 +280,15 @@ class MPClient(EngineCoreClient):
             elif kind == "stopped":
                 on_dead(RuntimeError("the server is shutting down"), True)
                 return
+
+
+def _end_at_exit(proc) -> None:
+    """At this process's exit: the core, if still running, is ended (it holds the GPU)."""
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
 
 
 # ANCHOR: run_engine_core

@@ -206,3 +206,21 @@ def _command_line(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
     except OSError:
         return ""
+
+
+def test_a_core_process_with_tensor_parallel_ranks_serves_and_ends_them():
+    # The core starts a process of its own for rank 1, which a daemon process could not.
+    factory = functools.partial(LLM, "tiny", tensor_parallel_size=2, **ENGINE)
+    with serving(factory) as (srv, async_llm):
+        core = async_llm._client.pid
+        ranks = [
+            int(p.name)
+            for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _parent_of(p) == core and "spawn" in _command_line(int(p.name))
+        ]
+        assert len(ranks) == 1, ranks
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0)
+        answer = client.completions.create(model="tiny", prompt="hello", max_tokens=4)
+        assert answer.choices[0].finish_reason in ("length", "stop")
+    for pid in (core, *ranks):
+        wait_until(lambda pid=pid: not alive(pid), timeout=20, what=f"process {pid}'s exit")
