@@ -11,31 +11,30 @@ end, in row order, so `input_ids`, `positions` and `slot_mapping` have one entry
 token; the per-row facts attention needs (query lengths, sequence lengths, block
 tables) travel beside them.
 
-What you read from a `SchedulerOutput` (mini_vllm/engine/scheduler_output.py):
+What a `SchedulerOutput` gives you:
 - `output.scheduled`: the rows, in order (running requests first, new ones after);
-- `output.block_size`;
-- `output.is_uniform_decode`: every row decodes exactly one token, none in prefill.
-And from each row (a `ScheduledSequence`, a snapshot taken at schedule time):
-- `row.new_token_ids`: the tokens this row feeds (a tuple);
-- `row.num_computed_tokens`: K/V already cached = the position of the first new token;
-- `row.num_new_tokens`: the row's query length;
-- `row.context_len`: num_computed_tokens + num_new_tokens (its sequence length after
-  this step's K/V write);
-- `row.block_table`: its physical KV blocks, in order (already covers context_len);
-- `row.samples_token`: whether this step reaches the end of the sequence, so the
-  row's last token's logits give the next token.
-Read only these: the live request (`row.seq`) moves on once the step is applied.
+- `output.block_size`: tokens per KV block;
+- `output.is_uniform_decode`: the scheduler's verdict on whether the step is a pure decode.
+And each row (a `ScheduledSequence`, a snapshot taken at schedule time):
+- `row.new_token_ids`: the tokens this row feeds this step (a tuple);
+- `row.num_computed_tokens`: tokens of this sequence whose K/V is already cached;
+- `row.num_new_tokens`: how many tokens it feeds this step;
+- `row.context_len`: num_computed_tokens + num_new_tokens;
+- `row.block_table`: its physical KV blocks, in order, enough for context_len tokens;
+- `row.samples_token`: whether this step reaches the end of the sequence's known
+  tokens, so that it predicts the sequence's next token;
+- `row.seq`: the live request, which moves on when the step is applied.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace  # noqa: F401  (replace: for pad_inputs)
+from dataclasses import dataclass, field, replace  # noqa: F401  (you may use replace)
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mini_vllm.engine.scheduler_output import SchedulerOutput
 
-PAD_SLOT_ID = -1  # given: the slot of a padded token; the KV write skips it
+PAD_SLOT_ID = -1  # given: a slot the attention backend's KV write skips (writes nowhere)
 
 
 @dataclass(frozen=True)
@@ -44,9 +43,9 @@ class ModelInputs:
 
     input_ids: list[int]  # per token
     positions: list[int]  # per token: its position in its own sequence
-    slot_mapping: list[int]  # per token: where its K/V goes; -1 writes nothing
+    slot_mapping: list[int]  # per token: the cache slot its K/V is written to
     query_lens: list[int]  # per row: new tokens this step
-    seq_lens: list[int]  # per row: tokens in the cache after this step (0 for a padded row)
+    seq_lens: list[int]  # per row: tokens attention reads from the cache this step
     block_tables: list[list[int]]  # per row: its physical blocks, in order
     logits_indices: list[int]  # token index whose hidden state samples, one per sampling row
     sampling_rows: list[int]  # the rows that sample this step, in order
@@ -69,8 +68,8 @@ class ModelInputs:
     def query_start_loc(self) -> list[int]:
         """Where each row's tokens start in the flat arrays, plus where the last one ends.
 
-        Guarantees: num_reqs + 1 entries; the first is 0, the last is num_tokens (the
-        sum of query_lens); row r's tokens are the half-open range
+        Guarantees: num_reqs + 1 entries; the first is 0, the last is the sum of the
+        query lengths; row r's tokens are the half-open range
         [query_start_loc[r], query_start_loc[r + 1]). vLLM's name; FlashAttention calls
         it cu_seqlens_q. Does not change the object.
 
@@ -82,53 +81,50 @@ class ModelInputs:
 def prepare_inputs(output: SchedulerOutput) -> ModelInputs:
     """One forward's inputs for the rows of `output`, in row order, unpadded.
 
-    Per token (every row's new tokens, rows end to end, tokens in order):
-    - input_ids: the row's new_token_ids;
-    - positions: the token's position in its own sequence (a row's first new token
-      sits at num_computed_tokens);
-    - slot_mapping: the cache slot of that position,
-      block_table[p // block_size] * block_size + p % block_size.
-    Per row: query_lens (num_new_tokens), seq_lens (context_len), block_tables (each
-    a new list).
-    Sampling: one entry per row with samples_token, in row order: logits_indices holds
-    the flat index of that row's LAST new token, sampling_rows the row's index. A
-    prompt chunk that stops short of the prompt's end samples nothing.
-    uniform_decode: the output's is_uniform_decode (a 1-token prompt has query length
-    1 but is a prefill: not uniform decode; an empty batch is not uniform either).
-    num_real_tokens stays -1 (nothing is padded); placeholder lists stay empty.
-    Reads only the rows' snapshot fields: the result is the same before and after the
-    scheduler applies the step.
+    Guarantees:
+    - per token (every row's new tokens, rows end to end, tokens in order): its id; its
+      position in its own sequence; and the slot of the paged KV cache where the forward
+      writes its key and value, which is the slot the block manager gave that position
+      of that sequence (its block table says which physical block holds it);
+    - per row: its query length (tokens fed this step), its sequence length (tokens in
+      the cache once this step has written its K/V), its block table (a list of its own);
+    - sampling: one entry per row whose next token this step predicts, in row order:
+      `sampling_rows` holds the row's index in the batch, `logits_indices` the flat
+      index of the token whose hidden state predicts that next token;
+    - `uniform_decode`: True exactly when every row decodes one token (the batches a
+      FULL decode graph serves);
+    - num_real_tokens stays -1 (nothing is padded); the placeholder lists stay empty;
+    - the result is the same whether it is built before or after the scheduler applies
+      the step.
 
     Example (block size 4): row 0 decodes token 99 with 5 tokens cached, block table
-    [0, 1]; row 1 is a new 3-token prompt [20, 21, 22] on block table [2], all of it
-    scheduled. Then input_ids [99, 20, 21, 22], positions [5, 0, 1, 2],
-    slot_mapping [5, 8, 9, 10], query_lens [1, 3], seq_lens [6, 3],
-    block_tables [[0, 1], [2]], logits_indices [0, 3], sampling_rows [0, 1],
-    uniform_decode False.
+    (0, 1); row 1 is the first chunk, [20, 21, 22], of a 6-token prompt, block table
+    (2,). Then input_ids [99, 20, 21, 22], positions [5, 0, 1, 2], slot_mapping
+    [5, 8, 9, 10], query_lens [1, 3], seq_lens [6, 3], block_tables [[0, 1], [2]],
+    logits_indices [0], sampling_rows [0], uniform_decode False.
     """
     raise NotImplementedError("TODO: step 2")
 
 
 def pad_inputs(inputs: ModelInputs, num_tokens: int) -> ModelInputs:
-    """`inputs` padded to `num_tokens` tokens (a captured graph's size), harmlessly.
+    """`inputs` padded to `num_tokens` tokens (the size of a captured CUDA graph), harmlessly.
 
-    - Returns a NEW ModelInputs; `inputs` and its lists are left exactly as they were.
-    - num_tokens below inputs.num_tokens: ValueError (padding only grows a batch).
-    - num_real_tokens of the result: inputs.num_tokens, always (also when nothing is added).
-    - The real tokens and rows come first, unchanged. Every padded token has id 0,
-      position 0 and slot PAD_SLOT_ID (its K/V is written nowhere).
-    - Uniform-decode batch: each padded token is also a padded ROW of its own (a FULL
-      graph was captured for that many decode rows): query length 1, sequence length
-      0 (attention reads nothing for it), an empty block table.
-    - Mixed batch: the rows are unchanged; only the per-token lists grow (a piecewise
-      graph's pieces see tokens only; attention runs eagerly on the real rows).
-    - logits_indices, sampling_rows and uniform_decode are unchanged: a padded token
-      is never sampled from.
+    Guarantees:
+    - returns a NEW ModelInputs; `inputs` and every list in it stay exactly as they were;
+    - num_tokens below inputs.num_tokens: ValueError (padding only grows a batch);
+    - num_real_tokens of the result is the number of real tokens, also when nothing is
+      added;
+    - the real tokens and rows come first, unchanged, and every padded token is one the
+      model can embed and rotate (a token id and a position it accepts);
+    - the padding does no harm: a padded token writes no key or value where any
+      request's K/V lives, nothing is read on its behalf, and it is never sampled;
+    - the padded batch is one the graph captured for `num_tokens` can run (the chapter's
+      padding rules say what a FULL graph and a piecewise graph were captured with).
 
-    Example: a uniform decode of 3 rows (input_ids [50, 50, 50], slots [5, 10, 15],
-    seq_lens [6, 3, 4]) padded to 4 -> input_ids [50, 50, 50, 0], slots
-    [5, 10, 15, -1], query_lens [1, 1, 1, 1], seq_lens [6, 3, 4, 0], one more block
-    table [], num_real_tokens 3. The same 3 tokens as a mixed batch of 2 rows padded
-    to 4 keep their 2 rows.
+    What a padded token (and a padded row, if you add rows) carries is your decision:
+    the tests show what each wrong choice breaks.
+
+    Example: 6 real tokens padded to 8 -> num_tokens 8, num_real_tokens 6, and the
+    first 6 entries of every per-token list as they were.
     """
     raise NotImplementedError("TODO: step 3")

@@ -76,10 +76,7 @@ def is_attention_node(gm: torch.fx.GraphModule) -> Callable[[torch.fx.Node], boo
     - a `call_module` node whose module (in `gm`) is an `Attention` layer;
     - a `call_function` node whose target is the `mini_vllm::attention` op, as the
       packet or as an overload;
-    and False for every other node: placeholders, the output, other modules (a linear
-    layer, even one inside a `self_attn` block), other functions, even ones with
-    "attention" in their name (PyTorch's own `scaled_dot_product_attention` is not a
-    split point).
+    and False for every other node of any kind.
 
     Example: over a graph `x -> add -> attention.default(...) -> attention(...) -> add`,
     the verdicts for the four calls are False, True, True, False.
@@ -108,7 +105,5 @@ def split_graph(
 
     Example: compute nodes `a, A1, b, c, A2, A3, d` (A = splitting) give six pieces,
     `[a] [A1] [b c] [A2] [A3] [d]`, flagged False, True, False, True, True, False.
-    A graph whose first node is A1 has no piece before it. With k splitting nodes and
-    work before, between and after them, there are k + 1 capturable pieces.
     """
     raise NotImplementedError("TODO: one piece per splitting node, one per run of nodes between")

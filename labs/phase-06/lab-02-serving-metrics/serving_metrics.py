@@ -3,9 +3,8 @@
 `python -m mini_vllm bench serve` streams requests to the OpenAI-compatible server and
 times, for each request, the chunks that carry tokens. This file turns those timings
 into the report: TPOT, whether a request met its service-level objectives, latency
-percentiles, and the run's throughput and goodput. The reference is
-`mini_vllm/bench/serve.py`; vLLM's counterpart is `calculate_metrics` in
-vllm/benchmarks/serve.py.
+percentiles, and the run's throughput and goodput. vLLM's counterpart is
+`calculate_metrics` in vllm/benchmarks/serve.py.
 Run: pytest labs/phase-06/lab-02-serving-metrics
 """
 
@@ -41,30 +40,31 @@ class RequestResult:
 
 
 def request_tpot(r: RequestResult) -> float:
-    """The request's time per output token after the first, in seconds.
+    """The request's time per output token after the first (TPOT), in seconds.
 
-    Guarantees: `(latency - ttft) / (output_tokens - 1)`, the definition vLLM's benchmark
-    uses: the whole time after the first token, the end of the stream included, over the
-    tokens that came after the first (counted as tokens, not as chunks). A request with
-    fewer than two tokens has no such time: 0.0.
+    Guarantees: the number `vllm bench serve` reports as this request's TPOT: the pace
+    of the stream after its first token, as the client lived it. A request with no
+    token after its first has none: 0.0. Reads `r`, changes nothing in it.
 
-    Example: TTFT 0.25 s, latency 1.25 s, 5 tokens -> 0.25.
+    Example: TTFT 0.25 s, five tokens in five chunks (gaps 0.25 s each), the stream's
+    end with the last token (latency 1.25 s) -> 0.25.
     """
     raise NotImplementedError("TODO: step 1")
 
 
 def meets_slo(r: RequestResult, slo_ms: dict[str, float]) -> bool:
-    """Whether one request met every service-level objective in `slo_ms`.
+    """Whether one request met every service-level objective (SLO) in `slo_ms`.
 
     Guarantees: `slo_ms` maps some of "ttft", "tpot", "itl", "e2el" to a bound in
-    milliseconds (the request's timings are in seconds). The request is good when each
-    metric named is at or under its bound (a request exactly at the bound meets it):
-    "ttft" is its TTFT, "tpot" its `request_tpot`, "e2el" its latency, and "itl" its
-    largest gap (0 for a request without gaps). Every bound named must hold; an empty
-    `slo_ms` asks for nothing. A failed request meets no objective.
+    milliseconds. The request is good when, for every key given, what it measures of
+    this request is within the bound, a value equal to the bound included: "ttft" its
+    time to first token, "tpot" its `request_tpot`, "e2el" its latency, and "itl" the
+    worst wait for a token a reader of the stream saw. An empty `slo_ms` asks for
+    nothing. A request that failed was not served: it is never good. Reads `r`, changes
+    nothing in it.
 
-    Example: TTFT 0.5 s, gaps [0.03, 0.25, 0.03] s:
-    {"ttft": 500} -> True; {"ttft": 500, "itl": 200} -> False.
+    Example: TTFT 0.5 s, gaps [0.03, 0.25, 0.03] s: {"ttft": 500} -> True;
+    {"ttft": 500, "itl": 200} -> False.
     """
     raise NotImplementedError("TODO: step 1")
 
@@ -75,17 +75,14 @@ def meets_slo(r: RequestResult, slo_ms: dict[str, float]) -> bool:
 def latency_percentiles(values_s: list[float], percentiles: list[float]) -> dict[str, float]:
     """The mean and the percentiles of latencies, in milliseconds.
 
-    Guarantees: `values_s` are seconds, in any order. The result maps "mean" to their
-    arithmetic mean and, for each `p` of `percentiles` (0 to 100), the key
-    `"p" + format(p, "g")` ("p50" for 50.0, "p99.9" for 99.9) to the p-th percentile,
-    all in milliseconds. The p-th percentile of n values is the value at rank
-    p / 100 * (n - 1) of the sorted values (ranks counted from 0), interpolated linearly
-    between the two ranks around it when that rank is not a whole number: numpy's
-    default (`numpy.percentile`, method "linear"), which `vllm bench serve` reports.
-    No values: every entry is 0.0.
+    Guarantees: `values_s` are seconds, in any order; the caller's list is left as it
+    was. The result maps "mean" to their arithmetic mean and, for each `p` of
+    `percentiles` (0 to 100), the key `"p" + format(p, "g")` ("p50" for 50.0, "p99.9"
+    for 99.9) to the p-th percentile as `vllm bench serve` reports it, so that a report
+    of yours reads like one of vLLM's. No values: every entry is 0.0.
 
-    Example: [0.04, 0.01, 0.03, 0.02], [50, 99] -> {"mean": 25.0, "p50": 25.0,
-    "p99": 39.7} (up to float rounding).
+    Example: [0.03, 0.01, 0.02], [50] -> {"mean": 20.0, "p50": 20.0} (up to float
+    rounding).
     """
     raise NotImplementedError("TODO: step 2")
 
@@ -101,23 +98,23 @@ def calculate_metrics(
 ) -> dict:
     """A run's report: what `bench serve` prints and saves for one request rate.
 
-    Guarantees: `results` holds every request of a run that took `duration` seconds;
-    only the successful ones enter the token counts, the throughputs and the latencies.
-    The result has these keys:
+    Guarantees: `results` holds every request of a run that took `duration` seconds
+    (left as they were); a failed request counts as failed and in nothing else. The
+    result has these keys:
 
     - "completed", "failed": successful and failed requests; "duration_s": `duration`;
-    - "total_input_tokens", "total_output_tokens": sums of `prompt_len` and of
-      `output_tokens`;
+    - "total_input_tokens", "total_output_tokens": the prompt and output tokens of the
+      completed requests;
     - "request_throughput", "output_throughput", "total_token_throughput": completed
       requests, output tokens, and input plus output tokens, each per second of the run;
     - "num_good": how many requests meet every objective of `goodput_slo_ms`
       (`meets_slo`), "goodput": those per second of the run; both None when no
       objective is given (None or empty);
-    - "ttft_ms", "tpot_ms", "itl_ms", "e2el_ms": `latency_percentiles` of the TTFTs, of
-      the TPOTs of the requests that have one (two tokens or more), of every gap of
-      every request pooled together, and of the latencies.
+    - "ttft_ms", "tpot_ms", "itl_ms", "e2el_ms": `latency_percentiles` summaries of the
+      four latencies, each over the values `vllm bench serve` summarises for it.
 
-    Example: two successful requests of 2 and 3 tokens over a 2 s run give
-    "output_throughput" 2.5, and "itl_ms" summarises their three gaps together.
+    Example: two completed requests of 2 and 3 output tokens and prompts of 10 and 20
+    tokens, over a 2 s run: "completed" 2, "request_throughput" 1.0,
+    "output_throughput" 2.5, "total_token_throughput" 17.5.
     """
     raise NotImplementedError("TODO: step 3")

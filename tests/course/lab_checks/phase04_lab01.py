@@ -42,6 +42,19 @@ MUTANTS = [
         new="positions.extend(range(row.num_new_tokens))",
     ),
     Mutant(
+        name="positions from the live request's length",
+        mistake="positions are counted back from the live request's length "
+        "(len(row.seq.token_ids)), which is right for a decode scheduled from a fresh "
+        "request and wrong for every prompt chunk and once the step has been applied",
+        module=MODULE,
+        old="positions.extend(row.positions)",
+        new="positions.extend(\n"
+        "            range(\n"
+        "                len(row.seq.token_ids) - row.num_new_tokens, len(row.seq.token_ids)\n"
+        "            )\n"
+        "        )",
+    ),
+    Mutant(
         name="slot from the logical block index",
         mistake="the slot is computed from the position alone (logical block index times "
         "block size plus offset), as in a contiguous cache, ignoring the block table",
@@ -67,6 +80,14 @@ MUTANTS = [
         module=MODULE,
         old="logits_indices.append(len(input_ids) - 1)",
         new="logits_indices.append(len(input_ids) - row.num_new_tokens)",
+    ),
+    Mutant(
+        name="logits index one past the row",
+        mistake="the logits index is taken as the length of the flat list after the row's "
+        "tokens, one past its last token: the next row's first token, or past the end",
+        module=MODULE,
+        old="logits_indices.append(len(input_ids) - 1)",
+        new="logits_indices.append(len(input_ids))",
     ),
     Mutant(
         name="every row samples",
@@ -127,6 +148,47 @@ MUTANTS = [
         module=MODULE,
         old="if inputs.uniform_decode:",
         new="if True:",
+    ),
+    Mutant(
+        name="rows padded when every query length is 1",
+        mistake="pad_inputs decides to add rows by looking at the query lengths (all 1) "
+        "instead of the batch's uniform-decode flag, so a batch of one-token prompts gets "
+        "padded rows that no FULL graph was captured for",
+        module=MODULE,
+        old="if inputs.uniform_decode:",
+        new="if all(q == 1 for q in inputs.query_lens):",
+    ),
+    Mutant(
+        name="padded rows feed no token",
+        mistake="a padded decode row is given query length 0, so the rows account for "
+        "fewer tokens than the batch holds and query_start_loc stops short of num_tokens",
+        module=MODULE,
+        old="query_lens=inputs.query_lens + [1] * extra,",
+        new="query_lens=inputs.query_lens + [0] * extra,",
+    ),
+    Mutant(
+        name="padded ids are the pad slot",
+        mistake="padded tokens get id -1 (the same 'nothing' marker as their slot), an id "
+        "the embedding cannot look up",
+        module=MODULE,
+        old="input_ids=inputs.input_ids + [0] * extra,",
+        new="input_ids=inputs.input_ids + [PAD_SLOT_ID] * extra,",
+    ),
+    Mutant(
+        name="real count is the padded size",
+        mistake="num_real_tokens records the size padded to instead of the real token "
+        "count, so the outputs are sliced to the padded size",
+        module=MODULE,
+        old="        num_real_tokens=inputs.num_tokens,\n    )",
+        new="        num_real_tokens=num_tokens,\n    )",
+    ),
+    Mutant(
+        name="smaller size ignored",
+        mistake="a size below the batch is taken as 'no padding needed' instead of an "
+        "error, which hides a caller that picked the wrong graph",
+        module=MODULE,
+        old="    if extra < 0:\n        raise ValueError",
+        new="    if extra < 0:\n        extra = 0\n    if False:\n        raise ValueError",
     ),
     Mutant(
         name="padding extends the caller's lists",

@@ -35,6 +35,31 @@ MUTANTS = [
         new="return super().is_leaf_module(module, qualified_name)",
     ),
     Mutant(
+        name="leaf by name",
+        mistake="The tracer keeps a module opaque when 'attn' is in its qualified name, which "
+        "catches the whole self_attn block (projections and rotary embedding included) instead "
+        "of the Attention layer inside it.",
+        module=MODULE,
+        old=LEAF_RULE,
+        new='return "attn" in qualified_name or super().is_leaf_module(module, qualified_name)',
+    ),
+    Mutant(
+        name="the trace copies the model",
+        mistake="The traced GraphModule is built on a deep copy of the model, so the weights "
+        "loaded and the KV cache bound after the trace never reach the graph.",
+        module=MODULE,
+        old="return torch.fx.GraphModule(model, graph, ",
+        new='return torch.fx.GraphModule(__import__("copy").deepcopy(model), graph, ',
+    ),
+    Mutant(
+        name="every call_module node is attention",
+        mistake="Takes every call_module node for attention, which splits at every layer a "
+        "trace keeps opaque (the CustomOp layers of the course's trace) as well.",
+        module=MODULE,
+        old="return isinstance(gm.get_submodule(node.target), Attention)",
+        new="return True",
+    ),
+    Mutant(
         name="attention found by name",
         mistake="Recognises an attention layer by 'attn' in the node's target, which also "
         "matches any other layer inside a self-attention block (its output projection).",
@@ -83,6 +108,31 @@ MUTANTS = [
         module=MODULE,
         old="            piece += 1  # close the piece before it (if any node went there)\n",
         new="",
+    ),
+    Mutant(
+        name="pieces regrouped freely",
+        mistake="Calls split_module without keeping the original order, so a piece that reads "
+        "attention's output buffer may run before the attention that writes it.",
+        module=MODULE,
+        old="keep_original_order=True",
+        new="keep_original_order=False",
+    ),
+    Mutant(
+        name="pieces assumed numbered 0 to n",
+        mistake="Lists the pieces by counting from 0 to the last number given out, as if every "
+        "number had a child; a number no node received (before a leading attention call, "
+        "between two adjacent ones) becomes a piece with no module.",
+        module=MODULE,
+        old="    items = []\n    for name, module in split.named_children():",
+        new="    items = [\n"
+        "        SplitItem(\n"
+        '            f"submod_{i}", i, i in splitting_pieces, getattr(split, f"submod_{i}", None)\n'
+        "        )\n"
+        "        for i in range(piece + 1)\n"
+        "        if i <= max(piece_of.values(), default=0)\n"
+        "    ]\n"
+        "    return split, items\n"
+        "    for name, module in split.named_children():",
     ),
     Mutant(
         name="pieces sorted by name",

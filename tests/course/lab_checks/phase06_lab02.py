@@ -83,6 +83,23 @@ MUTANTS = [
         old="    if not r.success:\n        return False\n    measured = {",
         new="    measured = {",
     ),
+    Mutant(
+        name="tpot needs three tokens",
+        mistake="the TPOT guard is off by one at its limit (more than two tokens instead of "
+        "more than one), so a two-token answer, which has one interval after its first "
+        "token, gets no TPOT",
+        module=MODULE,
+        old=TPOT,
+        new="return (r.latency - r.ttft) / (r.output_tokens - 1) if r.output_tokens > 2 else 0.0",
+    ),
+    Mutant(
+        name="largest gap by sorting the request's gaps",
+        mistake="the largest gap is found by sorting the request's own list of gaps in place "
+        "(list.sort()), which reorders the record the caller keeps",
+        module=MODULE,
+        old='"itl": max(r.itl, default=0.0),',
+        new='"itl": (r.itl.sort(), r.itl[-1] if r.itl else 0.0)[1],',
+    ),
     # -- step 2: percentiles --
     Mutant(
         name="nearest-rank percentiles",
@@ -124,6 +141,14 @@ MUTANTS = [
         old='out = {"mean": float(ms.mean()) if ms.size else 0.0}',
         new='out = {"mean": float(ms.mean())}',
     ),
+    Mutant(
+        name="percentiles sort the caller's list",
+        mistake="the percentiles are computed after sorting the caller's list in place, so "
+        "the caller's latencies come back in another order",
+        module=MODULE,
+        old="ms = np.asarray(values_s, dtype=float) * 1e3",
+        new="values_s.sort()\n    ms = np.asarray(values_s, dtype=float) * 1e3",
+    ),
     # -- step 3: the run --
     Mutant(
         name="latencies include failed requests",
@@ -148,6 +173,24 @@ MUTANTS = [
         module=MODULE,
         old="latency_percentiles([t for t in tpots_all if t > 0], percentiles)",
         new="latency_percentiles(tpots_all, percentiles)",
+    ),
+    Mutant(
+        name="tpot summary weighted by tokens",
+        mistake="the TPOT summary counts a request once per token after its first (as if "
+        "TPOT were a per-token value), so long answers outweigh short ones",
+        module=MODULE,
+        old="latency_percentiles([t for t in tpots_all if t > 0], percentiles)",
+        new="latency_percentiles(\n"
+        "            [request_tpot(r) for r in ok for _ in range(r.output_tokens - 1)], "
+        "percentiles\n        )",
+    ),
+    Mutant(
+        name="e2el summary drops one-token answers",
+        mistake="the end-to-end latency summary takes only the requests that have a TPOT "
+        "(two tokens or more), so the short answers' latencies are lost",
+        module=MODULE,
+        old="e2els = [r.latency for r in ok]",
+        new="e2els = [r.latency for r in ok if r.output_tokens > 1]",
     ),
     Mutant(
         name="request throughput counts failures",

@@ -10,7 +10,9 @@ of your code.
 
 import pytest
 
+import mini_vllm.engine.model_inputs as reference
 from labkit import implementation
+from labpredict import check_predictions
 from mini_vllm.engine.block_manager import BlockManager
 from mini_vllm.engine.scheduler import Scheduler, SchedulerConfig
 from mini_vllm.engine.sequence import Sequence
@@ -18,6 +20,9 @@ from mini_vllm.sampling_params import SamplingParams
 
 impl = implementation(
     __file__, starter="model_inputs.py", reference="mini_vllm.engine.model_inputs"
+)
+answers = implementation(
+    __file__, starter="predictions.py", reference="tests.course.lab_checks.phase04_lab01_answers"
 )
 
 BLOCK = 4
@@ -50,6 +55,26 @@ def expected_slots(out):
         for row in out.scheduled
         for p in range(row.num_computed_tokens, row.context_len)
     ]
+
+
+def readme_scenario(prepare):
+    """The README's scenario, its steps S1 to S4 as (scheduler output, `prepare(out)`).
+
+    Block size 4, max_num_seqs 2, a budget of 6 tokens; `a` (prompt 1..5) is prefilled
+    alone and samples 99; then `b` (prompt 10..20) arrives. `a` samples 90, 91, 92, 93
+    in S1 to S4; `b` samples 50 in S3 and 51 in S4."""
+    sched = make_scheduler(max_num_seqs=2, max_num_batched_tokens=6)
+    sched.add_request(request("a", [1, 2, 3, 4, 5]))
+    apply(sched, sched.schedule(), token=99)
+    sched.add_request(request("b", list(range(10, 21))))
+    steps = []
+    for a_token, b_token in ((90, None), (91, None), (92, 50), (93, 51)):
+        out = sched.schedule()
+        steps.append((out, prepare(out)))
+        tokens = {"a": a_token, "b": b_token}
+        sampled = [tokens[row.seq_id] if row.samples_token else None for row in out.scheduled]
+        sched.update_from_output(out, sampled)
+    return steps
 
 
 # -- query_start_loc -----------------------------------------------------------------
@@ -89,6 +114,21 @@ def test_query_start_loc_of_no_rows_is_a_single_zero():
 
 
 # -- flattening ----------------------------------------------------------------------
+
+
+@pytest.mark.step2
+def test_your_step2_predictions_match_what_the_reference_computes():
+    (_, s1), (_, s2), (_, s3), (_, s4) = readme_scenario(reference.prepare_inputs)
+    check_predictions(
+        answers,
+        {
+            "S2_POSITIONS": s2.positions,
+            "S2_SLOT_MAPPING": s2.slot_mapping,
+            "S3_LOGITS_INDICES": s3.logits_indices,
+            "S3_UNIFORM_DECODE": s3.uniform_decode,
+            "S4_SLOT_MAPPING": s4.slot_mapping,
+        },
+    )
 
 
 @pytest.mark.step2
@@ -256,20 +296,90 @@ def mixed_batch():
     return impl.prepare_inputs(sched.schedule())
 
 
+def one_token_prompts():
+    """Two fresh one-token prompts: every query length is 1, and both rows are prefills."""
+    sched = make_scheduler(max_num_seqs=4, max_num_batched_tokens=32)
+    sched.add_request(request("a", [7]))
+    sched.add_request(request("b", [8]))
+    return impl.prepare_inputs(sched.schedule())
+
+
+BATCHES = [decode_batch, mixed_batch, one_token_prompts]
+BATCH_IDS = ["uniform", "mixed", "one-token-prompts"]
+
+
 @pytest.mark.step3
-def test_padding_a_uniform_decode_batch_adds_rows_that_write_and_read_nothing():
+def test_your_step3_predictions_match_what_the_reference_computes():
+    steps = readme_scenario(reference.prepare_inputs)
+    s3, s4 = steps[2][1], steps[3][1]
+    padded3, padded4 = reference.pad_inputs(s3, 4), reference.pad_inputs(s4, 4)
+    check_predictions(
+        answers,
+        {
+            "S3_PADDED_NUM_REQS": padded3.num_reqs,
+            "S4_PADDED_NUM_REQS": padded4.num_reqs,
+            "S4_PADDED_SEQ_LENS": padded4.seq_lens,
+        },
+    )
+
+
+@pytest.mark.step3
+def test_padding_a_uniform_decode_batch_gives_each_padded_token_a_decode_row():
     inputs = decode_batch()
     padded = impl.pad_inputs(inputs, 4)
     assert padded.num_tokens == 4 and padded.num_real_tokens == 3
-    assert padded.input_ids == inputs.input_ids + [0]
-    assert padded.positions == inputs.positions + [0]
-    assert padded.slot_mapping == inputs.slot_mapping + [-1]
-    # A FULL graph captured for 4 decode rows: the padded token is a row of its own.
-    assert padded.num_reqs == 4
-    assert padded.query_lens == [1, 1, 1, 1]
-    assert padded.seq_lens == inputs.seq_lens + [0]
-    assert padded.block_tables == inputs.block_tables + [[]]
+    assert padded.input_ids[:3] == inputs.input_ids
+    assert padded.positions[:3] == inputs.positions
+    # A FULL graph captured for 4 decode rows: the padded token is a row of its own, and
+    # every token belongs to exactly one row.
+    assert padded.num_reqs == 4, "a FULL decode graph for 4 tokens was captured with 4 rows"
+    assert padded.query_start_loc == [0, 1, 2, 3, 4], (
+        "each row of a decode graph feeds one token: the padded row too"
+    )
+    assert padded.seq_lens[:3] == inputs.seq_lens
+    assert len(padded.block_tables) == 4 and padded.block_tables[:3] == inputs.block_tables
     assert padded.uniform_decode is True
+
+
+@pytest.mark.step3
+@pytest.mark.parametrize("batch", BATCHES, ids=BATCH_IDS)
+def test_a_padded_token_writes_no_kv_where_a_request_keeps_its_own(batch):
+    inputs = batch()
+    padded = impl.pad_inputs(inputs, 8)
+    assert padded.slot_mapping[: inputs.num_tokens] == inputs.slot_mapping
+    for i, where in enumerate(padded.slot_mapping[inputs.num_tokens :], inputs.num_tokens):
+        assert where == impl.PAD_SLOT_ID, (
+            f"padded token {i} writes its K/V to slot {where}: that is offset "
+            f"{where % BLOCK} of block {where // BLOCK}, which a request may hold. "
+            "Which slot does the KV write skip?"
+        )
+
+
+@pytest.mark.step3
+def test_a_padded_decode_row_reads_no_kv():
+    inputs = decode_batch()
+    padded = impl.pad_inputs(inputs, 8)
+    for r in range(inputs.num_reqs, padded.num_reqs):
+        assert padded.seq_lens[r] == 0, (
+            f"padded row {r} has sequence length {padded.seq_lens[r]}: attention would "
+            f"read that many keys through its block table {padded.block_tables[r]}"
+        )
+
+
+@pytest.mark.step3
+@pytest.mark.parametrize("batch", BATCHES, ids=BATCH_IDS)
+def test_padded_tokens_carry_an_id_and_a_position_the_model_can_embed(batch):
+    inputs = batch()
+    padded = impl.pad_inputs(inputs, 8)
+    highest = max(inputs.positions)
+    for i in range(inputs.num_tokens, 8):
+        token, position = padded.input_ids[i], padded.positions[i]
+        assert isinstance(token, int) and token >= 0, (
+            f"padded token {i} has id {token}: the embedding looks every id up, padded or not"
+        )
+        assert isinstance(position, int) and 0 <= position <= highest, (
+            f"padded token {i} has position {position}: RoPE looks every position up"
+        )
 
 
 @pytest.mark.step3
@@ -277,10 +387,9 @@ def test_padding_a_mixed_batch_pads_tokens_only():
     inputs = mixed_batch()
     padded = impl.pad_inputs(inputs, 8)
     assert padded.num_tokens == 8 and padded.num_real_tokens == 4
-    assert padded.input_ids[4:] == [0] * 4 and padded.positions[4:] == [0] * 4
-    assert padded.slot_mapping == inputs.slot_mapping + [-1] * 4
+    assert padded.input_ids[:4] == inputs.input_ids and padded.positions[:4] == inputs.positions
     # The rows are untouched: attention runs eagerly on the real rows only.
-    assert padded.num_reqs == 2
+    assert padded.num_reqs == 2, "a piecewise graph sees tokens; attention sees the real rows"
     assert (padded.query_lens, padded.seq_lens, padded.block_tables) == (
         inputs.query_lens,
         inputs.seq_lens,
@@ -290,7 +399,18 @@ def test_padding_a_mixed_batch_pads_tokens_only():
 
 
 @pytest.mark.step3
-@pytest.mark.parametrize("batch", [decode_batch, mixed_batch], ids=["uniform", "mixed"])
+def test_a_batch_of_one_token_prompts_is_padded_like_a_mixed_batch():
+    # Every query length is 1, yet both rows are prefills: the batch runs piecewise, and a
+    # FULL decode graph never serves it.
+    inputs = one_token_prompts()
+    assert inputs.query_lens == [1, 1] and inputs.uniform_decode is False
+    padded = impl.pad_inputs(inputs, 4)
+    assert padded.num_reqs == 2, "rows were added to a batch that is not a uniform decode"
+    assert padded.seq_lens == [1, 1] and padded.uniform_decode is False
+
+
+@pytest.mark.step3
+@pytest.mark.parametrize("batch", BATCHES, ids=BATCH_IDS)
 def test_padded_tokens_are_never_sampled(batch):
     inputs = batch()
     padded = impl.pad_inputs(inputs, 16)
@@ -315,7 +435,7 @@ def test_padding_below_the_batch_size_is_an_error():
 
 
 @pytest.mark.step3
-@pytest.mark.parametrize("batch", [decode_batch, mixed_batch], ids=["uniform", "mixed"])
+@pytest.mark.parametrize("batch", BATCHES, ids=BATCH_IDS)
 def test_padding_returns_new_inputs_and_leaves_the_original_alone(batch):
     inputs = batch()
     snapshot = (
@@ -355,7 +475,9 @@ class FakeModel:
     """Uses only the ModelInputs. It writes each token's id into a fake KV cache
     through the slot mapping (a -1 slot goes to a scratch list nobody reads), reads
     each row's context back through its block table and sequence length, and
-    "samples" a fixed function of the context up to each logits index's position."""
+    "samples" a fixed function of the context up to each logits index's position.
+    Its row boundaries are its own running sum of the query lengths, not your
+    query_start_loc, so a bug there cannot hide one here."""
 
     def __init__(self, num_blocks):
         self.kv = [None] * (num_blocks * BLOCK)
@@ -372,6 +494,9 @@ class FakeModel:
             starts.append(starts[-1] + q)
         contexts, row_of_token = [], {}
         for r, (seq_len, table) in enumerate(zip(inputs.seq_lens, inputs.block_tables)):
+            assert seq_len <= len(table) * BLOCK, (
+                f"row {r} reads {seq_len} keys through a block table of {len(table)} blocks"
+            )
             contexts.append([self.kv[slot(table, p)] for p in range(seq_len)])
             row_of_token.update(dict.fromkeys(range(starts[r], starts[r + 1]), r))
         sampled = [

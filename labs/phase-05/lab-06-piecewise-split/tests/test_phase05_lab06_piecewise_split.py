@@ -21,12 +21,16 @@ does not show up as a failure of a later one. The last tests put your three func
 together.
 """
 
+import dataclasses
+
 import pytest
 import torch
 import torch.fx
 
 import mini_vllm.compilation.attention_op  # noqa: F401  (registers torch.ops.mini_vllm.attention)
+import mini_vllm.compilation.split as reference
 from labkit import implementation
+from labpredict import check_predictions
 from mini_vllm.attention.paged import (
     PagedAttentionBackend,
     PagedAttentionMetadata,
@@ -34,13 +38,22 @@ from mini_vllm.attention.paged import (
 )
 from mini_vllm.compilation.attention_op import use_attention_op
 from mini_vllm.compilation.split import trace_with_opaque_attention as course_trace
+from mini_vllm.config.capture_sizes import default_capture_sizes
 from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.forward_context import set_forward_context
-from mini_vllm.layers.attention import Attention, bind_kv_caches, static_forward_context
+from mini_vllm.layers.attention import (
+    Attention,
+    attention_layers,
+    bind_kv_caches,
+    static_forward_context,
+)
 from mini_vllm.layers.custom_op import CustomOp
-from mini_vllm.models.loader import load_model
+from mini_vllm.models.loader import build_model, load_model
 
 impl = implementation(__file__, starter="split.py", reference="mini_vllm.compilation.split")
+answers = implementation(
+    __file__, starter="predictions.py", reference="tests.course.lab_checks.phase05_lab06_answers"
+)
 
 BLOCK = 4
 NUM_BLOCKS = 16
@@ -48,9 +61,7 @@ NUM_BLOCKS = 16
 CLOSE = {"rtol": 1e-5, "atol": 2e-5}
 
 
-def tiny_model():
-    """The tiny Llama with a random paged KV cache bound to its attention layers."""
-    model, _, config = load_model("tiny", device="cpu", dtype=torch.float32, seed=0, progress=False)
+def random_caches(config, seed=0):
     caches = allocate_paged_kv_caches(
         config.num_hidden_layers,
         NUM_BLOCKS,
@@ -60,10 +71,16 @@ def tiny_model():
         torch.float32,
         "cpu",
     )
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator().manual_seed(seed)
     for cache in caches:
         cache.copy_(torch.randn(cache.shape, generator=generator))
-    bind_kv_caches(model, PagedAttentionBackend(), caches)
+    return caches
+
+
+def tiny_model():
+    """The tiny Llama with a random paged KV cache bound to its attention layers."""
+    model, _, config = load_model("tiny", device="cpu", dtype=torch.float32, seed=0, progress=False)
+    bind_kv_caches(model, PagedAttentionBackend(), random_caches(config))
     return model
 
 
@@ -200,6 +217,39 @@ def test_traced_graph_computes_what_the_model_computes_for_every_batch_kind(mode
         torch.testing.assert_close(run(gm, rows), run(model.model, rows), **CLOSE)
 
 
+@pytest.mark.step1
+def test_your_step1_predictions_match_what_the_reference_computes(model):
+    class EveryModuleALeaf(torch.fx.Tracer):
+        def is_leaf_module(self, module, qualified_name):
+            return True
+
+    graph = EveryModuleALeaf().trace(model.model)
+    check_predictions(
+        answers,
+        {"LEAF_EVERYTHING_CALL_MODULES": sum(n.op == "call_module" for n in graph.nodes)},
+    )
+
+
+@pytest.mark.step1
+def test_the_trace_runs_on_the_models_own_weights_and_kv_cache():
+    # The engine traces the model before it knows its weights' final values or its KV
+    # cache's size: it loads the weights and binds the cache it sized afterwards.
+    model = tiny_model()
+    gm = impl.trace_with_opaque_attention(model.model)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.mul_(0.5)
+    fresh = [torch.zeros_like(cache) for cache in random_caches(model.config)]
+    bind_kv_caches(model, PagedAttentionBackend(), fresh)
+    got = run(gm, PREFILL)
+    assert all(cache.abs().sum() > 0 for cache in fresh), (
+        "the graph wrote its keys and values into a KV cache of its own, not into the one "
+        "bound to the model: does your trace run on a copy of the model?"
+    )
+    torch.testing.assert_close(got, run(model.model, PREFILL), **CLOSE)
+    assert attention_layers(gm) == attention_layers(model.model)
+
+
 # -- step 2: what is an attention node -----------------------------------------------------
 
 
@@ -245,6 +295,38 @@ def test_is_attention_node_rejects_other_modules_and_other_attention_functions()
 
 
 # -- step 3: the split ---------------------------------------------------------------------
+
+
+def compute_node_counts(items):
+    return [len(compute_nodes(item.module)) for item in items if not item.is_splitting_graph]
+
+
+@pytest.mark.step3
+def test_your_step3_predictions_match_what_the_reference_computes(model):
+    config = dataclasses.replace(model.config, num_hidden_layers=30)  # SmolLM2-135M's depth
+    deep = build_model(config, torch.device("cpu"), torch.float32).model
+    gm = reference.trace_with_opaque_attention(deep)
+    _, items = reference.split_graph(gm, reference.is_attention_node(gm))
+    captured = sum(not item.is_splitting_graph for item in items)
+    sizes = default_capture_sizes(max_num_seqs=256, max_num_batched_tokens=8192)
+    _, back_to_back = reference.split_graph(custom_op_graph(), _is_attention_call)
+    tiny = reference.trace_with_opaque_attention(model.model)
+    _, tiny_items = reference.split_graph(tiny, reference.is_attention_node(tiny))
+    counts = compute_node_counts(tiny_items)
+    largest = counts.index(max(counts))
+    check_predictions(
+        answers,
+        {
+            "PIECES_30_LAYERS": len(items),
+            "CAPTURED_PIECES_30_LAYERS": captured,
+            "PIECEWISE_GRAPHS_51_SIZES": captured * len(sizes),
+            "FULL_GRAPHS_51_SIZES": len(sizes),
+            "PIECES_OF_A1_A2_ADD": len(back_to_back),
+            "LARGEST_CAPTURABLE_PIECE": (
+                "first" if largest == 0 else "last" if largest == len(counts) - 1 else "middle"
+            ),
+        },
+    )
 
 
 @pytest.mark.step3
@@ -328,6 +410,45 @@ def test_adjacent_attention_calls_leave_no_empty_piece(leading_op):
 
 
 @pytest.mark.step3
+def test_attention_as_the_last_node_leaves_no_empty_piece_after_it():
+    graph = torch.fx.Graph()
+    q, out = graph.placeholder("q"), graph.placeholder("out")
+    x = graph.call_function(torch.add, (q, 1.0))
+    graph.call_function(torch.ops.mini_vllm.attention.default, (x, x, x, out, "layer.0"))
+    graph.output(out)
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    _, items = impl.split_graph(gm, _is_attention_call)
+    assert [item.is_splitting_graph for item in items] == [False, True]
+
+
+def write_into(out, value):
+    """Stands for attention: writes its result into a buffer it was given, returns nothing."""
+    out.copy_(value * 3)
+
+
+@pytest.mark.step3
+def test_a_piece_that_reads_an_ops_output_buffer_runs_after_the_op():
+    # As in a Dynamo graph: the piece before attention allocates its output buffer,
+    # attention fills it and returns nothing, and the next piece reads the buffer. The
+    # only thing that orders the read after the write is the order of the graph.
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    out = graph.call_function(torch.zeros_like, (x,))
+    y = graph.call_function(torch.add, (x, 1.0))
+    graph.call_function(write_into, (out, y))
+    graph.output(graph.call_function(torch.mul, (out, 2.0)))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    split, items = impl.split_graph(gm, lambda node: node.target is write_into)
+    assert [item.is_splitting_graph for item in items] == [False, True, False]
+    x = torch.ones(3)
+    assert torch.equal(gm(x), torch.full((3,), 12.0))
+    assert torch.equal(split(x), gm(x)), (
+        "the split module read the buffer before the op wrote it: its pieces run in "
+        f"another order than the graph's nodes:\n{split.code}"
+    )
+
+
+@pytest.mark.step3
 def test_pieces_come_back_in_graph_order_even_past_ten_pieces():
     # Six attention calls give thirteen pieces: as strings, "submod_10" sorts before "submod_2".
     graph = torch.fx.Graph()
@@ -344,7 +465,9 @@ def test_pieces_come_back_in_graph_order_even_past_ten_pieces():
     layer_names = [
         compute_nodes(item.module)[0].args[4] for item in items if item.is_splitting_graph
     ]
-    assert layer_names == [f"layer.{i}" for i in range(6)]
+    assert layer_names == [f"layer.{i}" for i in range(6)], (
+        f"the attention pieces come back in the order {layer_names}: how did you sort them?"
+    )
 
 
 # -- all together --------------------------------------------------------------------------
