@@ -208,6 +208,7 @@ class QKVParallelLinear(ColumnParallelLinear):
     its KV head on its own rank (vLLM: `num_kv_head_replicas`).
     """
 
+    # ANCHOR: qkv_shards
     def __init__(
         self, hidden_size: int, head_size: int, total_num_heads: int, total_num_kv_heads: int
     ) -> None:
@@ -232,6 +233,7 @@ class QKVParallelLinear(ColumnParallelLinear):
             "k": (self.q_size, self.kv_size),
             "v": (self.q_size + self.kv_size, self.kv_size),
         }
+        # ANCHOR_END: qkv_shards
 
     def weight_loader(
         self, param: nn.Parameter, loaded: torch.Tensor, shard_id: object = None
