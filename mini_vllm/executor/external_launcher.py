@@ -27,6 +27,7 @@ Failure rules: as the one-machine executor's, every collective times out after
 from __future__ import annotations
 
 import os
+import weakref
 import zlib
 
 import torch
@@ -96,6 +97,11 @@ class ExternalLauncherExecutor:
         backend = "gloo" if config.device == "cpu" else "nccl"
         init_distributed_environment(self.world_size, self.rank, "env://", backend, self.timeout_s)
         initialize_model_parallel(self.world_size)
+        # Leave the process group when this object goes, or at the latest at exit: a gloo or
+        # NCCL group still alive while the interpreter tears down aborts the process
+        # ("terminate called without an active exception"), which a launcher reports as a
+        # failed rank and answers by killing the others.
+        self._finalizer = weakref.finalize(self, destroy_distributed_environment)
         self._runner = None
         self._failure: str | None = None
 
@@ -166,4 +172,4 @@ class ExternalLauncherExecutor:
         return self._failure is not None
 
     def shutdown(self) -> None:
-        destroy_distributed_environment()
+        self._finalizer()
