@@ -42,19 +42,19 @@ class OutOfBlocksError(RuntimeError):
 def slot_of(block_table: SequenceT[int], position: int, block_size: int) -> int:
     """The slot of the cache where the K/V of token `position` lives.
 
-    Token p sits in the table's block number p // block_size (counting from 0), at
-    offset p % block_size inside it. A position below 0 or past the table's last block
-    raises IndexError: a wrong slot would silently overwrite another sequence's K/V.
+    Guarantees: the table's blocks hold the sequence's positions in order, block_size
+    consecutive positions each, and the slot returned lies inside the block that holds
+    `position`. A position the table does not cover raises IndexError: a wrong slot
+    would silently overwrite another sequence's K/V.
 
-    Example: table [7, 2, 5], block_size 4: position 0 -> 28, 3 -> 31, 4 -> 8, 9 -> 21;
-    position 12 or -1 -> IndexError.
+    Example: table [7, 2, 5], block_size 4: position 0 -> 28, position 9 -> 21.
     """
     raise NotImplementedError("TODO (step 1): slot_of")
 
 
 def slot_mapping(block_table: SequenceT[int], start: int, end: int, block_size: int) -> list[int]:
-    """The slots of positions start, start + 1, ..., end - 1, in that order (empty when
-    start == end); IndexError as in slot_of.
+    """The slots of positions start, start + 1, ..., end - 1, in that order; IndexError
+    as in slot_of for a position the table does not cover.
 
     Example: table [7, 2], block_size 4, start 2, end 7 -> [30, 31, 8, 9, 10].
     """
@@ -78,7 +78,8 @@ class BlockManager:
     - a block's ref count is the number of live block tables that hold it;
     - a block is in two tables only through prefix caching, and then it is full, already
       computed, and stands for the same leading tokens in both;
-    - a table holds exactly ceil(covered tokens / block_size) blocks (lazy allocation).
+    - a table holds the fewest blocks that cover the tokens it was asked to cover (a
+      block is taken only when a token reaches it).
     """
 
     def __init__(
@@ -118,9 +119,10 @@ class BlockManager:
         return self._ref_counts[block_id]
 
     def blocks_needed(self, num_tokens: int) -> int:
-        """How many blocks hold num_tokens tokens (num_tokens >= 0).
+        """The fewest blocks that hold num_tokens tokens (num_tokens >= 0), exact for any
+        count, however large.
 
-        Example, block_size 4: 0 -> 0, 1 -> 1, 4 -> 1, 5 -> 2, 8 -> 2, 9 -> 3.
+        Example, block_size 4: 5 -> 2.
         """
         raise NotImplementedError("TODO (step 1): blocks_needed")
 
@@ -145,11 +147,12 @@ class BlockManager:
         num_cached_tokens(seq); always 0 without prefix caching) are covered by the
         cached blocks that already hold them, shared; the rest by blocks nobody held.
         All or nothing: if the free pool is short, raise OutOfBlocksError and change
-        nothing. A sequence that already holds blocks, or a num_cached_tokens that is
-        not cached, is a ValueError. (The caller then sets seq.num_computed_tokens.)
+        nothing. A sequence that already holds blocks, more tokens than the sequence has,
+        or a num_cached_tokens that is not cached, is a ValueError. (The caller then sets
+        seq.num_computed_tokens.)
 
-        Example, block_size 4, 10 free blocks: a 10-token prompt computed in one go
-        takes 3 blocks (7 stay free); one computed in a first chunk of 5 takes 2.
+        Example, block_size 4, 10 free blocks: a 10-token prompt whose first chunk of 5
+        tokens is about to be computed takes 2 blocks.
         """
         raise NotImplementedError("TODO (step 2): allocate")
 
@@ -166,9 +169,8 @@ class BlockManager:
         Computing past seq.num_tokens (or a negative count) is a ValueError; a short
         pool is OutOfBlocksError with nothing changed.
 
-        Example, block_size 4: a sequence with 7 computed tokens in 2 blocks that decodes
-        position 7 takes no block; at position 8 it takes one (3 blocks). A sequence with
-        3 computed tokens (1 block) that computes 13 more in one chunk ends with 4 blocks.
+        Example, block_size 4: a sequence with 3 computed tokens (1 block) that computes
+        13 more in one chunk ends with 4 blocks.
         """
         raise NotImplementedError("TODO (step 3): append_slots")
 
@@ -177,14 +179,14 @@ class BlockManager:
     def free(self, seq: Sequence) -> None:
         """Take back a finished or preempted sequence's blocks and clear its table.
 
-        A block goes back to the free pool only when no table holds it any more; the
-        blocks at the end of the table rejoin the pool before the blocks at its start,
-        so that the pool hands out a sequence's tail before its head. Afterwards the
-        sequence can be allocated again as if it were new. Freeing twice does nothing.
+        A block goes back to the free pool only when no table holds it any more.
+        Afterwards the sequence can be allocated again as if it were new (a preempted
+        sequence is), and a new sequence may reuse its seq_id. Freeing twice does nothing.
+        In which order the freed blocks join the pool is yours to decide (the README's
+        step 4).
 
-        Example: a sequence holding [3, 8, 5], nobody else holding them: all three are
-        free afterwards, and the pool will hand out 5, then 8, then 3 after the blocks
-        that were already free.
+        Example: a sequence holding [3, 8, 5] that shares block 3 with another: 8 and 5
+        are free afterwards, 3 is still held once.
         """
         raise NotImplementedError("TODO (step 4): free")
 
@@ -193,13 +195,14 @@ class BlockManager:
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Make the sequence's fully computed blocks findable by later sequences.
 
-        Called after every step that moved num_computed_tokens forward. A block is
-        registered once all block_size of its tokens are computed, under a key that
-        stands for all the tokens from the sequence's start to the block's end; a key
-        that already has a block keeps it. Does nothing without prefix caching.
+        Called after every step that moved num_computed_tokens forward. Guarantees: a
+        block is findable only once all of its K/V is computed, and only by a sequence
+        whose tokens from its start to that block's end are the same; while any live
+        table holds a findable block, a block with that prefix stays findable. Does
+        nothing without prefix caching.
 
         Example, block_size 4: a sequence with 10 tokens, 6 computed: only its first
-        block becomes findable; after 8 computed, its second too.
+        block becomes findable.
         """
         raise NotImplementedError("TODO (step 5): cache_full_blocks")
 
@@ -210,6 +213,6 @@ class BlockManager:
         caching. Changes nothing.
 
         Example, block_size 4, after [0, 1, ..., 9] was computed and registered:
-        [0..7, 50, 51, 52] -> 8; [0..7] -> 4 (not all 8); [9, 9, 9, 9, 4, 5, 6, 7, 0] -> 0.
+        [0..7, 50, 51, 52] -> 8.
         """
         raise NotImplementedError("TODO (step 5): num_cached_tokens")

@@ -57,6 +57,14 @@ MUTANTS = [
         old="return -(-a // b)",
         new="return a // b + 1",
     ),
+    Mutant(
+        name="blocks needed through a float",
+        mistake="blocks_needed rounds a float division up (math.ceil(n / block_size)), which "
+        "loses the last block once the count is too large for a float to hold exactly",
+        module=MODULE,
+        old="return -(-a // b)",
+        new="return int(__import__('math').ceil(a / b))",
+    ),
     # -- step 2 ----------------------------------------------------------------------
     Mutant(
         name="allocate covers the whole prompt",
@@ -100,6 +108,22 @@ MUTANTS = [
         module=MODULE,
         old="return max(0, self.blocks_needed(end) - len(seq.block_table))",
         new="return max(0, self.blocks_needed(end + 1) - len(seq.block_table))",
+    ),
+    Mutant(
+        name="the last free block is refused to a step",
+        mistake="can_append compares the missing blocks with the free ones using <, so a step "
+        "that needs exactly the last free block is refused",
+        module=MODULE,
+        old="return self._num_missing_blocks(seq, num_new_tokens) <= len(self._free)",
+        new="return self._num_missing_blocks(seq, num_new_tokens) < len(self._free)",
+    ),
+    Mutant(
+        name="the pool hands out the block freed last",
+        mistake="the free pool is used as a stack (popitem() from the back), so the block "
+        "freed last, a finished sequence's shared prefix, is the first one evicted",
+        module=MODULE,
+        old="block_id, _ = self._free.popitem(last=False)",
+        new="block_id, _ = self._free.popitem()",
     ),
     # -- step 4 ----------------------------------------------------------------------
     Mutant(
@@ -192,6 +216,44 @@ MUTANTS = [
         module=MODULE,
         old="full = min(computed // self.block_size, len(seq.block_table))",
         new="full = len(seq.block_table)",
+    ),
+]
+
+MUTANTS += [
+    Mutant(
+        name="a later twin takes over the key",
+        mistake="registering a block overwrites the key's entry, so when two sequences "
+        "computed the same prefix side by side the later copy serves hits, and once it is "
+        "evicted the prefix is lost although the first copy still holds it",
+        module=MODULE,
+        old="self._cached.setdefault(key, block_id)",
+        new="self._cached[key] = block_id",
+    ),
+    Mutant(
+        name="the block before the last token is never shared",
+        mistake="num_cached_tokens always leaves the whole last block to compute "
+        "(num_tokens // block_size - 1 blocks), so a prompt one token past a block "
+        "boundary misses its last full block",
+        module=MODULE,
+        old="max_blocks = (seq.num_tokens - 1) // self.block_size",
+        new="max_blocks = max(0, seq.num_tokens // self.block_size - 1)",
+    ),
+    Mutant(
+        name="a revived block stays in the free pool",
+        mistake="sharing a cached block nobody held raises its count but leaves it in the "
+        "free pool, so the pool hands it out again while a sequence reads it",
+        module=MODULE,
+        old="                del self._free[block_id]  "
+        "# revive a cached block nobody was holding\n",
+        new="                pass\n",
+    ),
+    Mutant(
+        name="a shared block is counted once",
+        mistake="sharing a cached block sets its count to 1 instead of adding one, so the "
+        "first holder to finish frees it under the other",
+        module=MODULE,
+        old="            self._ref_counts[block_id] += 1\n        seq.block_table.extend(shared)",
+        new="            self._ref_counts[block_id] = 1\n        seq.block_table.extend(shared)",
     ),
 ]
 

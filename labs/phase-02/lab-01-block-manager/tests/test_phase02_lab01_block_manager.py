@@ -4,11 +4,16 @@ which use only what steps 1-3 ask for."""
 
 import pytest
 
+import mini_vllm.engine.block_manager as reference
 from labkit import implementation
+from labpredict import check_predictions
 from mini_vllm.engine.sequence import Sequence
 
 impl = implementation(
     __file__, starter="block_manager.py", reference="mini_vllm.engine.block_manager"
+)
+answers = implementation(
+    __file__, starter="predictions.py", reference="tests.course.lab_checks.phase02_lab01_answers"
 )
 
 
@@ -52,6 +57,53 @@ def preempt(bm, seq):
     seq.num_computed_tokens = 0
 
 
+def step3_scenario(manager):
+    """The README's step 3 scenario on `manager` (a module with BlockManager): a pool of
+    5 blocks of 4. `a` (10-token prompt) computes a first chunk of 5, then 3 more; `b`
+    (8 tokens) is admitted whole; `a` finishes its prompt if it can, then decodes while
+    it can. Returns the answers to the README's questions."""
+    bm = manager.BlockManager(5, 4)
+    a = Sequence("a", range(10))
+    bm.allocate(a, 5)
+    a.num_computed_tokens = 5
+    bm.append_slots(a, 3)
+    a.num_computed_tokens = 8
+    blocks_at_8 = len(a.block_table)
+    b = Sequence("b", range(8))
+    bm.allocate(b, 8)
+    b.num_computed_tokens = 8
+    can_finish = bm.can_append(a, 2)
+    bm.append_slots(a, 2)
+    a.num_computed_tokens = 10
+    while True:
+        a.append_token(7)
+        if not bm.can_append(a, 1):
+            return blocks_at_8, can_finish, a.num_computed_tokens
+        bm.append_slots(a, 1)
+        a.num_computed_tokens += 1
+
+
+def step5_scenarios(manager):
+    """The README's two step 5 scenarios on `manager`; returns the answers."""
+
+    def admit_all(bm, seq):
+        cached = bm.num_cached_tokens(seq)
+        bm.allocate(seq, seq.num_tokens - cached, cached)
+        seq.num_computed_tokens = seq.num_tokens
+        bm.cache_full_blocks(seq)
+        return seq
+
+    bm = manager.BlockManager(4, 4, enable_prefix_caching=True)
+    admit_all(bm, Sequence("a", [1, 2, 3, 4, 5, 6, 7, 8, 9]))
+    b_cached = bm.num_cached_tokens(Sequence("b", [1, 2, 3, 4, 1, 2, 3, 4, 0]))
+    eight_cached = bm.num_cached_tokens(Sequence("e", [1, 2, 3, 4, 5, 6, 7, 8]))
+    bm = manager.BlockManager(4, 4, enable_prefix_caching=True)
+    bm.free(admit_all(bm, Sequence("a", range(13))))
+    x = admit_all(bm, Sequence("x", [50, 51, 52, 53, 54]))
+    a2_cached = bm.num_cached_tokens(Sequence("a2", range(13)))
+    return b_cached, eight_cached, list(x.block_table), a2_cached
+
+
 # -- step 1: slots ----------------------------------------------------------------
 
 
@@ -87,6 +139,19 @@ def test_blocks_needed_rounds_up():
     bm = impl.BlockManager(8, 4)
     assert [bm.blocks_needed(n) for n in (0, 1, 4, 5, 8, 9)] == [0, 1, 1, 2, 2, 3]
     assert impl.BlockManager(8, 16).blocks_needed(33) == 3
+
+
+@pytest.mark.step1
+def test_blocks_needed_is_exact_for_a_huge_count():
+    """A float division rounds 2**60 + 1 tokens down to a whole number of blocks."""
+    assert impl.BlockManager(8, 16).blocks_needed(2**60 + 1) == 2**56 + 1
+    assert impl.BlockManager(8, 16).blocks_needed(2**60) == 2**56
+
+
+@pytest.mark.step1
+def test_the_last_slot_of_a_full_table_is_valid():
+    assert impl.slot_of((7, 2), 7, 4) == 11  # a tuple table works as well as a list
+    assert impl.slot_mapping((7, 2), 4, 8, 4) == [8, 9, 10, 11]
 
 
 # -- step 2: allocate ---------------------------------------------------------------
@@ -144,6 +209,35 @@ def test_allocating_a_sequence_that_holds_blocks_is_a_value_error():
 
 
 # -- step 3: append -----------------------------------------------------------------
+
+
+@pytest.mark.step3
+def test_your_step3_predictions_match_what_the_reference_computes():
+    blocks_at_8, can_finish, refused_at = step3_scenario(reference)
+    check_predictions(
+        answers,
+        {
+            "S3_BLOCKS_AT_8": blocks_at_8,
+            "S3_CAN_FINISH_PROMPT": can_finish,
+            "S3_FIRST_REFUSED_POSITION": refused_at,
+        },
+    )
+
+
+@pytest.mark.step3
+def test_the_readme_scenario_runs_the_same_on_your_code():
+    assert step3_scenario(impl) == step3_scenario(reference)
+
+
+@pytest.mark.step3
+def test_the_last_free_block_serves_a_step():
+    bm = impl.BlockManager(3, 4)
+    admit(bm, Sequence("h", range(8)), 8)  # 1 block left
+    seq = admit(bm, Sequence("a", range(9)), 0)
+    assert bm.can_append(seq, 4)  # needs exactly the one free block
+    compute(bm, seq, 4)
+    assert bm.num_free_blocks == 0 and len(seq.block_table) == 1
+    assert bm.can_append(seq, 0) and not bm.can_append(seq, 1)
 
 
 @pytest.mark.step3
@@ -226,6 +320,59 @@ def test_freed_blocks_are_handed_out_again():
 
 
 # -- step 5: prefix caching ---------------------------------------------------------
+
+
+@pytest.mark.step5
+def test_your_step5_predictions_match_what_the_reference_computes():
+    b_cached, eight_cached, x_table, a2_cached = step5_scenarios(reference)
+    check_predictions(
+        answers,
+        {
+            "S5_B_CACHED_TOKENS": b_cached,
+            "S5_EIGHT_TOKENS_CACHED": eight_cached,
+            "S5_X_TABLE": x_table,
+            "S5_A2_CACHED_TOKENS": a2_cached,
+        },
+    )
+
+
+@pytest.mark.step5
+def test_the_readme_scenarios_run_the_same_on_your_code():
+    assert step5_scenarios(impl) == step5_scenarios(reference)
+
+
+@pytest.mark.step5
+def test_a_prefix_computed_twice_side_by_side_stays_findable_while_either_copy_lives():
+    """a and b compute the same prompt in the same step, each in its own blocks. When b's
+    copy is gone, a still holds the same K/V: it must still be found."""
+    bm = impl.BlockManager(6, 4, enable_prefix_caching=True)
+    a = admit(bm, Sequence("a", range(9)), 9)
+    b = admit(bm, Sequence("b", range(9)), 9)
+    bm.cache_full_blocks(a)
+    bm.cache_full_blocks(b)
+    assert not set(a.block_table) & set(b.block_table)
+    bm.free(b)
+    admit(bm, Sequence("hog", [99] * 12), 12)  # takes every free block, b's included
+    assert bm.num_cached_tokens(Sequence("c", range(9))) == 8
+
+
+@pytest.mark.step5
+def test_a_new_sequence_may_reuse_a_finished_sequences_id():
+    bm = impl.BlockManager(8, 4, enable_prefix_caching=True)
+    bm.free(admit_cached(bm, Sequence("req-1", range(9))))
+    again = admit_cached(bm, Sequence("req-1", [50 + i for i in range(9)]))
+    assert again.num_computed_tokens == 9
+    probe = Sequence("probe", [50 + i for i in range(8)] + [0])
+    assert bm.num_cached_tokens(probe) == 8  # the new req-1 registered its own blocks
+
+
+@pytest.mark.step5
+def test_a_prompt_one_token_past_a_block_boundary_shares_every_full_block():
+    bm = impl.BlockManager(10, 4, enable_prefix_caching=True)
+    a = admit_cached(bm, Sequence("a", range(12)))
+    b = admit_cached(bm, Sequence("b", range(9)))
+    assert b.block_table[:2] == a.block_table[:2] and len(b.block_table) == 3
+    assert [bm.ref_count(x) for x in a.block_table] == [2, 2, 1]
 
 
 @pytest.mark.step5
