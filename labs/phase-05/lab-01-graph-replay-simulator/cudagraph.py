@@ -236,8 +236,8 @@ class SimDevice:
             captured on another device; nothing is launched then;
           - exactly one launch: `launches` grows by 1, `trace` gains
             ("graph", f"{len(graph.nodes)} nodes"), `host_us` grows by `graph_launch_us`,
-            and the GPU lane is busy for the sum of `op.gpu_us + node_us` over the nodes,
-            from the later of when it was free and when the launch ends;
+            and the GPU lane then runs every recorded kernel, each node costing `node_us`
+            of GPU time on top of its kernel's own `gpu_us`;
           - afterwards each node's `dst` holds `op.fn` of what its `src` held when that
             node ran, the nodes running in recording order (a node reads the fresh
             output of the node before it);
@@ -246,7 +246,7 @@ class SimDevice:
         Example, `SimDevice()` (graph_launch_us 5, node_us 1.5) and a graph that recorded
         "double" then "add_one" (gpu_us 2 each) on a static input holding [[1., 2.]]:
         after `replay`, the second node's `dst` holds [[3., 5.]]; launches +1; on a fresh
-        device host_us is 5.0 and gpu_busy_until_us is 5.0 + 2 * (2.0 + 1.5) = 12.0.
+        device host_us is 5.0 and gpu_busy_until_us is 12.0.
         """
         raise NotImplementedError("TODO: one launch that re-runs the recorded nodes in place")
 
@@ -326,8 +326,9 @@ class GraphRunner:
           - `self.dtype` set and `x.dtype` different: ValueError whose message names the
             dtype expected and lists the shapes captured so far (`np.copyto` would
             otherwise cast the input into the static buffer without a word);
-          - `self.dtype` None: any dtype is accepted for a new shape, but a shape already
-            captured accepts only its static input's dtype (ValueError otherwise).
+          - `self.dtype` None: a shape not captured yet is accepted in any dtype. What a
+            captured shape does when it comes back in another dtype is left to you (the
+            README's step 3 asks).
         Runs before any capture, so a refused input never leaves a graph behind.
 
         Example: `GraphRunner(ops)` (float32) refuses `np.zeros((2, 8))` (float64) with

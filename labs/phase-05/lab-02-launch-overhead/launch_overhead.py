@@ -79,12 +79,14 @@ def _check_batch(batch: int) -> None:
 def kernel_gpu_us(kernel: Kernel, batch: int, hw: Hardware) -> float:
     """The kernel's own GPU time in µs at this batch size: a roofline.
 
-    Returns max(bytes / hw.bandwidth, FLOPs / hw.peak_flops), converted from seconds to
-    µs, where a decode step of `batch` sequences moves
-        bytes = weight_bytes + batch * (bytes_per_token + kv_bytes_per_seq)
-    and does
-        FLOPs = batch * flops_per_token.
-    A batch that is not a positive int (0, -3, 2.0, True) is a ValueError.
+    Guarantees:
+      - the kernel takes as long as the slower of its two limits, moving its bytes at
+        `hw.bandwidth` (bytes per second) and doing its FLOPs at `hw.peak_flops` (FLOP
+        per second); the two overlap, they do not add up;
+      - a decode step reads the kernel's weights once, whatever the batch; each of the
+        `batch` sequences adds its activations (`bytes_per_token`), its own KV cache read
+        (`kv_bytes_per_seq`) and its FLOPs (`flops_per_token`);
+      - a batch that is not a positive int (0, -3, 2.0, True) is a ValueError.
 
     Example: 4 MB of weights and 1 MFLOP a token, at 1 TB/s and 100 TFLOP/s: 4.0 µs at
     batch 1 (memory-bound); 1 GFLOP a token instead: 10.0 µs at batch 1, 40.0 at batch 4.
@@ -118,7 +120,7 @@ def graph_timeline(kernels: Sequence[Kernel], batch: int, hw: Hardware) -> list[
         `kernel_gpu_us(kernel, batch, hw) + hw.node_us`.
 
     Example: 50 kernels of 3 µs, graph_launch_us 12, node_us 1.5: the step ends at
-    12 + 50 * 4.5 = 237 µs.
+    237 µs.
     """
     raise NotImplementedError("TODO: one graph launch, then the nodes on the GPU")
 
@@ -151,8 +153,10 @@ def sweep(preset: Preset | str, batch_sizes: Iterable[int]) -> list[StepResult]:
 def crossover_batch(
     preset: Preset | str, threshold: float = CROSSOVER_THRESHOLD, max_batch: int = 4096
 ) -> int | None:
-    """The smallest batch size in 1..max_batch whose speedup (`simulate_step(...).speedup`)
-    is below `threshold`; None if graphs still pay at `max_batch`.
+    """The smallest batch size in 1..max_batch at which graphs stop paying: where the
+    speedup (`simulate_step(...).speedup`) has fallen to `threshold`; None if graphs still
+    pay at `max_batch`. Whether a speedup exactly equal to the threshold still pays is
+    left to you (the README's step 4 asks).
 
     You may rely on the speedup never rising with the batch size. A threshold <= 1.0 is a
     ValueError (it is a speedup), and so is a `max_batch` that is not a positive int.
@@ -162,7 +166,7 @@ def crossover_batch(
     at batch 17, so `crossover_batch(llama, threshold=1.2) == 17`; with a speedup of 0.9
     already at batch 1 the answer is 1.
     """
-    raise NotImplementedError("TODO: the first batch size whose speedup falls below threshold")
+    raise NotImplementedError("TODO: the first batch size where graphs stop paying")
 
 
 def render_ascii(

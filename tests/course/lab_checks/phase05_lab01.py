@@ -165,4 +165,62 @@ MUTANTS = [
         new="""    if False:
         raise TypeError""",
     ),
+    Mutant(
+        name="capture runs the kernels",
+        mistake="While capturing, launch() computes each kernel into its new buffer, as an "
+        "eager run would: on a GPU nothing runs until the replay, and a test reading an "
+        "output right after capture sees values that were never computed.",
+        module=M,
+        old="        graph.nodes.append(Node(op, x, out))",
+        new="        np.copyto(out, op.fn(x))\n        graph.nodes.append(Node(op, x, out))",
+    ),
+    Mutant(
+        name="captured buffer in the input's dtype",
+        mistake="The output buffer of a recorded op takes the dtype of the op's input, so an "
+        "op that casts (to half precision, to token ids) replays into the wrong dtype and "
+        "np.copyto converts its result without a word.",
+        module=M,
+        old="out = self.pool.allocate(probe.shape, probe.dtype)",
+        new="out = self.pool.allocate(probe.shape, x.dtype)",
+    ),
+    Mutant(
+        name="copyto arguments swapped",
+        mistake="np.copyto(dst, src) called as (src, dst): the caller's array is overwritten "
+        "with the previous input, and the graph replays on stale data.",
+        module=M,
+        old="""        np.copyto(entry.static_input, x)
+        return entry.replay()""",
+        new="""        np.copyto(x, entry.static_input)
+        return entry.replay()""",
+    ),
+    Mutant(
+        name="input copied after the replay",
+        mistake="The runner replays first and copies the new input in afterwards, so every "
+        "call returns the result for the input of the call before.",
+        module=M,
+        old="""        np.copyto(entry.static_input, x)
+        return entry.replay()""",
+        new="""        out = entry.replay()
+        np.copyto(entry.static_input, x)
+        return out""",
+    ),
+    Mutant(
+        name="closed window forgets the captured shapes",
+        mistake="Once the capture window is closed the runner treats every shape as new, so "
+        "shapes it captured raise or run eagerly instead of replaying.",
+        module=M,
+        old="""        entry = self.graphs.get(x.shape)
+        if entry is None:""",
+        new="""        entry = self.graphs.get(x.shape) if self.capture_window_open else None
+        if entry is None:""",
+    ),
+    Mutant(
+        name="dtype-free runner casts into a captured shape",
+        mistake="A runner built with dtype=None lets a captured shape come back in another "
+        "dtype, and np.copyto casts it into the static input (0.5 becomes 0 in an int64 "
+        "buffer).",
+        module=M,
+        old="            expected = self.graphs[x.shape].static_input.dtype  # fixed once captured",
+        new="            expected = None",
+    ),
 ]

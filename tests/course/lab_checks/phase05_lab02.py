@@ -154,4 +154,50 @@ MUTANTS = [
         return PRESETS[name]
     except ZeroDivisionError:""",
     ),
+    Mutant(
+        name="a speedup equal to the threshold stops paying",
+        mistake="Graphs are taken to pay only while the speedup is strictly above the "
+        "threshold, so a batch that meets it exactly is reported as the crossover.",
+        module=M,
+        old="return simulate_step(preset, batch).speedup >= threshold",
+        new="return simulate_step(preset, batch).speedup > threshold",
+    ),
+    Mutant(
+        name="crossover search stops one short of max_batch",
+        mistake="The search covers 1..max_batch - 1 (a range() off by one), so a crossover "
+        "exactly at max_batch is reported as None.",
+        module=M,
+        old="""    if pays(max_batch):
+        return None
+""",
+        new="""    if pays(max_batch - 1):
+        return None
+""",
+    ),
+    Mutant(
+        name="bisection drops the midpoint",
+        mistake="When the midpoint does not pay, the bisection moves its upper end below "
+        "it, so the first batch that stops paying can fall out of the interval.",
+        module=M,
+        old="lo, hi = (mid, hi) if pays(mid) else (lo, mid)",
+        new="lo, hi = (mid, hi) if pays(mid) else (lo, max(lo + 1, mid - 1))",
+    ),
+    Mutant(
+        name="eager gap charged to the CPU",
+        mistake="The per-kernel gap of eager execution is added to the CPU's launch instead "
+        "of to the kernel's GPU time, so launches stop being back to back.",
+        module=M,
+        old="""        issued = cpu_free + hw.launch_us
+""",
+        new="""        issued = cpu_free + hw.launch_us + hw.eager_gap_us
+""",
+    ),
+    Mutant(
+        name="FLOPs counted once a step",
+        mistake="The FLOPs are those of one token whatever the batch, as if the weights' "
+        "reuse made the arithmetic free too: no kernel ever turns compute-bound.",
+        module=M,
+        old="flops = batch * kernel.flops_per_token",
+        new="flops = kernel.flops_per_token",
+    ),
 ]

@@ -3,9 +3,14 @@
 import numpy as np
 import pytest
 
+import mini_vllm.teaching.cudagraph as reference
 from labkit import implementation
+from labpredict import check_predictions
 
 impl = implementation(__file__, starter="cudagraph.py", reference="mini_vllm.teaching.cudagraph")
+answers = implementation(
+    __file__, starter="predictions.py", reference="tests.course.lab_checks.phase05_lab01_answers"
+)
 
 pytestmark = pytest.mark.step1
 
@@ -165,3 +170,60 @@ def test_full_capture_of_an_uncapturable_op_raises_pointing_to_piecewise_or_eage
     message = str(info.value)
     assert "PiecewiseGraphRunner" in message
     assert "eager" in message.lower()
+
+
+def test_your_step1_predictions_match_what_the_reference_computes():
+    # The README's scenario: the 8-op toy model on one (4, 16) float32 input.
+    x = np.random.default_rng(0).standard_normal((4, HIDDEN)).astype(np.float32)
+    ops = reference.toy_model(hidden=HIDDEN, num_layers=2)
+    eager = reference.SimDevice()
+    reference.run_eager(ops, eager, x)
+    device = reference.SimDevice()
+    graph = reference.CapturedGraph(device)
+    with device.capture(graph):
+        out = x
+        for op in ops:
+            out = device.launch(op, out)
+    check_predictions(
+        answers,
+        {
+            "EAGER_HOST_US": eager.host_us,
+            "EAGER_CLOCK_US": eager.clock_us,
+            "CAPTURE_POOL_BYTES": device.pool.nbytes,
+            "OUTPUT_IS_NAN_AFTER_CAPTURE": bool(np.isnan(out).all()),
+        },
+    )
+
+
+def test_capture_computes_nothing_the_buffers_hold_no_result_until_a_replay():
+    # On a GPU the kernels of a capture do not run: reading an output right after the
+    # capture gives whatever the memory held. The pool fills new buffers with NaN so
+    # that such a read is visible.
+    ops = impl.toy_model(hidden=HIDDEN, num_layers=2)
+    device = impl.SimDevice()
+    graph = impl.CapturedGraph(device)
+    with device.capture(graph):
+        record(device, ops, rand(4, seed=7))
+    for node in graph.nodes:
+        assert np.isnan(node.dst).all(), (
+            f"{node.op.name}'s output buffer holds values right after the capture: the "
+            "capture ran the kernel instead of recording it"
+        )
+
+
+def test_an_op_that_changes_the_dtype_inside_the_capture_gets_a_buffer_of_its_own_dtype():
+    # Casting to half precision and a greedy argmax (token ids) inside the graph: each
+    # output buffer must hold what the kernel returns, not the dtype it was launched on.
+    ops = [
+        impl.Op("to_half", lambda v: v.astype(np.float16)),
+        impl.Op("argmax", lambda v: v.argmax(axis=-1)),
+    ]
+    device = impl.SimDevice()
+    graph = impl.CapturedGraph(device)
+    x = rand(3, seed=8)
+    with device.capture(graph):
+        ids = record(device, ops, x)
+    half = graph.nodes[0].dst
+    assert half.dtype == np.float16 and half.shape == (3, HIDDEN)
+    assert ids.dtype == expected(ops, x).dtype and ids.shape == (3,)
+    assert device.pool.nbytes == 3 * HIDDEN * 2 + ids.nbytes

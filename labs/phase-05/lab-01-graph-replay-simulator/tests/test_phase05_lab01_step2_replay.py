@@ -3,9 +3,14 @@
 import numpy as np
 import pytest
 
+import mini_vllm.teaching.cudagraph as reference
 from labkit import implementation
+from labpredict import check_predictions
 
 impl = implementation(__file__, starter="cudagraph.py", reference="mini_vllm.teaching.cudagraph")
+answers = implementation(
+    __file__, starter="predictions.py", reference="tests.course.lab_checks.phase05_lab01_answers"
+)
 
 pytestmark = pytest.mark.step2
 
@@ -108,3 +113,45 @@ def test_a_graph_replays_only_on_the_device_that_captured_it():
     with pytest.raises(impl.CaptureError):
         other.replay(graph)
     assert other.launches == 0
+
+
+def test_your_step2_predictions_match_what_the_reference_computes():
+    x = np.random.default_rng(0).standard_normal((4, HIDDEN)).astype(np.float32)
+    ops = reference.toy_model(hidden=HIDDEN, num_layers=2)
+    clocks = {}
+    for node_us in (1.5, 3.0):
+        eager = reference.SimDevice(node_us=node_us)
+        reference.run_eager(ops, eager, x)
+        device = reference.SimDevice(node_us=node_us)
+        graph = reference.CapturedGraph(device)
+        with device.capture(graph):
+            out = x
+            for op in ops:
+                out = device.launch(op, out)
+        graph.replay()
+        clocks[node_us] = (eager.clock_us, device.clock_us)
+    check_predictions(
+        answers,
+        {
+            "REPLAY_CLOCK_US": clocks[1.5][1],
+            "REPLAY_BEATS_EAGER_WITH_NODE_US_3": clocks[3.0][1] < clocks[3.0][0],
+        },
+    )
+
+
+def test_a_graph_that_changes_dtype_replays_bit_for_bit_what_eager_computes():
+    ops = [
+        impl.Op("scale", lambda v: v * np.float32(3.0)),
+        impl.Op("to_half", lambda v: v.astype(np.float16)),
+        impl.Op("argmax", lambda v: v.argmax(axis=-1)),
+    ]
+    device = impl.SimDevice()
+    static_input = rand(5, seed=9)
+    graph, ids = capture(device, ops, static_input)
+    for seed in (10, 11):
+        static_input[...] = rand(5, seed=seed)
+        graph.replay()
+        want = expected(ops, static_input)
+        np.testing.assert_array_equal(graph.nodes[1].dst, expected(ops[:2], static_input))
+        assert ids.dtype == want.dtype
+        np.testing.assert_array_equal(ids, want)

@@ -3,9 +3,14 @@
 import numpy as np
 import pytest
 
+import mini_vllm.teaching.cudagraph as reference
 from labkit import implementation
+from labpredict import check_predictions
 
 impl = implementation(__file__, starter="cudagraph.py", reference="mini_vllm.teaching.cudagraph")
+answers = implementation(
+    __file__, starter="predictions.py", reference="tests.course.lab_checks.phase05_lab01_answers"
+)
 
 pytestmark = pytest.mark.step3
 
@@ -281,7 +286,58 @@ def test_without_a_dtype_any_dtype_captures_but_a_captured_shape_keeps_its_own()
     ints = np.arange(6, dtype=np.int64).reshape(2, 3)
     np.testing.assert_array_equal(runner(ints), ints * 2)
     assert runner.graphs[(2, 3)].static_input.dtype == np.int64
+    # The same shape in float64: converted into the int64 static input, 0.5 would become
+    # 0 without a word; a second graph for one shape would leave two static inputs and
+    # two outputs behind one key. The runner refuses, naming the dtype it holds.
     with pytest.raises(ValueError, match="int64"):
-        runner(ints.astype(np.float64))  # copyto would truncate 0.5 to 0 without a word
+        runner(np.full((2, 3), 0.5))
+    assert len(runner.graphs) == 1
     halves = np.full((4, 3), 0.5, dtype=np.float64)
     np.testing.assert_allclose(runner(halves), halves * 2)  # a new shape captures as float64
+
+
+def test_your_step3_predictions_match_what_the_reference_computes():
+    ops = reference.toy_model(hidden=HIDDEN, num_layers=2)
+    device = reference.SimDevice()
+    runner = reference.GraphRunner(ops, device)
+    inputs = [rand(4, seed=40), rand(4, seed=41), rand(8, seed=42), rand(4, seed=43)]
+    outputs = [runner(x).copy() for x in inputs[:1]]
+    first = runner.graphs[(4, HIDDEN)].static_output
+    for x in inputs[1:]:
+        outputs.append(runner(x).copy())
+    holds = [i + 1 for i, out in enumerate(outputs) if np.array_equal(first, out)]
+    check_predictions(
+        answers,
+        {
+            "RUNNER_LAUNCHES": device.launches,
+            "RUNNER_CAPTURES": device.captures,
+            "RUNNER_POOL_BYTES": device.pool.nbytes,
+            "FIRST_RESULT_HOLDS_CALL": holds[-1],
+        },
+    )
+
+
+def test_the_callers_arrays_are_never_written():
+    ops = impl.toy_model(hidden=HIDDEN, num_layers=1)
+    runner = impl.GraphRunner(ops, impl.SimDevice())
+    inputs = [rand(4, seed=50), rand(4, seed=51), rand(4, seed=52)]
+    kept = [x.copy() for x in inputs]
+    for x in inputs:
+        runner(x)
+    for x, before in zip(inputs, kept):
+        np.testing.assert_array_equal(x, before, err_msg="the runner wrote into its input")
+
+
+@pytest.mark.parametrize("fallback", [False, True], ids=["no fallback", "fallback"])
+def test_a_captured_shape_still_replays_once_the_window_is_closed(fallback):
+    ops = impl.toy_model(hidden=HIDDEN, num_layers=2)
+    device = impl.SimDevice()
+    runner = impl.GraphRunner(ops, device, fallback_to_eager=fallback)
+    runner(rand(4, seed=53))
+    runner.close_capture_window()
+    x = rand(4, seed=54)
+    before = device.launches
+    out = runner(x)
+    assert device.launches - before == 1, "a captured shape replays: one launch"
+    assert device.trace[-1][0] == "graph"
+    np.testing.assert_allclose(out, expected(ops, x), rtol=1e-6, atol=1e-6)

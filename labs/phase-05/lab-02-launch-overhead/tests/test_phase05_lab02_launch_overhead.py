@@ -6,10 +6,15 @@ numbers, which need both), 4 the crossover, 5 looking a preset up by name.
 
 import pytest
 
+import mini_vllm.teaching.launch_overhead as reference
 from labkit import implementation
+from labpredict import check_predictions
 
 impl = implementation(
     __file__, starter="launch_overhead.py", reference="mini_vllm.teaching.launch_overhead"
+)
+answers = implementation(
+    __file__, starter="predictions.py", reference="tests.course.lab_checks.phase05_lab02_answers"
 )
 
 LLAMA_NAME = "h100-llama3.1-8b"
@@ -43,11 +48,73 @@ def lane(spans, name):
     return [s for s in spans if s.lane == name]
 
 
-def toy_preset(hw, kernels):
-    return impl.Preset("toy", "toy", hw, tuple(kernels), {})
+def toy_preset(hw, kernels, module=impl):
+    return module.Preset("toy", "toy", hw, tuple(kernels), {})
+
+
+# The README's scenarios, built on the reference for the prediction tests.
+def readme_hardware(module):
+    """Hardware H: 1 TB/s, 100 TFLOP/s; 10 µs a launch, 12 µs a graph launch, 1 µs a node."""
+    return module.Hardware(
+        launch_us=10.0,
+        graph_launch_us=12.0,
+        eager_gap_us=0.0,
+        node_us=1.0,
+        bandwidth=1e12,
+        peak_flops=1e14,
+    )
+
+
+def kernel_k(module):
+    """K: 4 MB of weights, 20 MFLOP a token."""
+    return module.Kernel("K", weight_bytes=4e6, flops_per_token=2e7)
+
+
+def toy_t(module):
+    """T: 37 kernels of 1 µs each, whatever the batch, on hardware H."""
+    hw = readme_hardware(module)
+    return toy_preset(hw, [module.Kernel(f"t{i}", weight_bytes=1e6) for i in range(37)], module)
+
+
+def toy_e(module):
+    """E: one kernel of b µs at batch b; 10 µs to launch it, 2 µs to launch its graph."""
+    hw = module.Hardware(
+        launch_us=10.0,
+        graph_launch_us=2.0,
+        eager_gap_us=0.0,
+        node_us=0.0,
+        bandwidth=1e6,
+        peak_flops=1e15,
+    )
+    return toy_preset(hw, [module.Kernel("e", bytes_per_token=1.0)], module)
 
 
 # --- step 1: the roofline ------------------------------------------------------------------
+
+
+@pytest.mark.step1
+def test_your_step1_predictions_match_what_the_reference_computes():
+    hw, k = readme_hardware(reference), kernel_k(reference)
+    at_1 = reference.kernel_gpu_us(k, 1, hw)
+    first_slower = next(b for b in range(1, 1000) if reference.kernel_gpu_us(k, b, hw) > at_1)
+    check_predictions(
+        answers,
+        {
+            "K_GPU_US_BATCH_1": at_1,
+            "K_GPU_US_BATCH_64": reference.kernel_gpu_us(k, 64, hw),
+            "K_FIRST_BATCH_SLOWER_THAN_BATCH_1": first_slower,
+        },
+    )
+
+
+@pytest.mark.step1
+def test_a_kernel_at_the_ridge_takes_its_memory_time_and_turns_compute_bound_after_it():
+    # K at batch 20 needs 4 µs for its bytes and 4 µs for its FLOPs: still 4 µs, not 8.
+    hw, k = readme_hardware(impl), kernel_k(impl)
+    assert impl.kernel_gpu_us(k, 1, hw) == pytest.approx(4.0)
+    assert impl.kernel_gpu_us(k, 20, hw) == pytest.approx(4.0)
+    assert impl.kernel_gpu_us(k, 21, hw) == pytest.approx(4.2)
+    assert impl.kernel_gpu_us(k, 64, hw) == pytest.approx(12.8)
 
 
 @pytest.mark.step1
@@ -76,6 +143,22 @@ def test_kernel_time_refuses_a_batch_that_is_not_a_positive_integer(batch):
 
 
 # --- step 2: the eager timeline -------------------------------------------------------------
+
+
+@pytest.mark.step2
+def test_your_step2_predictions_match_what_the_reference_computes():
+    toy = toy_t(reference)
+    eager = reference.eager_timeline(toy.kernels, 1, toy.hardware)
+    check_predictions(answers, {"T_EAGER_US": reference.step_time_us(eager)})
+
+
+@pytest.mark.step2
+def test_the_eager_gap_is_gpu_time_the_launches_stay_back_to_back():
+    hw = hardware(launch_us=4.0, eager_gap_us=3.0)
+    spans = impl.eager_timeline([tiny("a", 1.0, hw), tiny("b", 1.0, hw)], 1, hw)
+    assert [(s.start_us, s.end_us) for s in lane(spans, "cpu")] == [(0.0, 4.0), (4.0, 8.0)]
+    gpu = [t for s in lane(spans, "gpu") for t in (s.start_us, s.end_us)]
+    assert gpu == pytest.approx([4.0, 8.0, 8.0, 12.0]), "each kernel: 1 µs plus a 3 µs gap"
 
 
 @pytest.mark.step2
@@ -139,6 +222,12 @@ def test_eager_kernel_time_follows_the_batch():
 
 
 # --- step 3: the graph timeline, and the presets' numbers ------------------------------------
+
+
+@pytest.mark.step3
+def test_your_step3_predictions_match_what_the_reference_computes():
+    result = reference.simulate_step(toy_t(reference), 1)
+    check_predictions(answers, {"T_GRAPH_US": result.graph_us, "T_SPEEDUP": result.speedup})
 
 
 @pytest.mark.step3
@@ -219,6 +308,39 @@ def test_ascii_rendering_draws_both_lanes_for_eager_and_graph():
 
 
 # --- step 4: the crossover --------------------------------------------------------------------
+
+
+@pytest.mark.step4
+def test_your_step4_predictions_match_what_the_reference_computes():
+    check_predictions(
+        answers,
+        {
+            "E_SPEEDUP_BATCH_6": reference.simulate_step(toy_e(reference), 6).speedup,
+            "E_CROSSOVER_AT_2": reference.crossover_batch(toy_e(reference), 2.0, 64),
+            "SMOLLM2_CROSSOVER_IS_NONE": reference.crossover_batch(reference.PRESETS[SMOLLM2_NAME])
+            is None,
+        },
+    )
+
+
+@pytest.mark.step4
+def test_a_speedup_exactly_at_the_threshold_still_pays():
+    # E's speedup is (10 + b) / (2 + b): 2.0 exactly at batch 6, below 2 from batch 7.
+    toy = toy_e(impl)
+    assert impl.simulate_step(toy, 6).speedup == 2.0
+    assert impl.crossover_batch(toy, threshold=2.0, max_batch=64) == 7, (
+        "a batch whose speedup equals the threshold still pays: graphs stop paying at the "
+        "first batch whose speedup is below it"
+    )
+
+
+@pytest.mark.step4
+def test_a_crossover_exactly_at_max_batch_is_found_and_one_batch_short_it_is_none():
+    toy = toy_e(impl)
+    assert impl.crossover_batch(toy, threshold=2.0, max_batch=7) == 7
+    assert impl.crossover_batch(toy, threshold=2.0, max_batch=6) is None
+    assert impl.crossover_batch(LLAMA, threshold=1.2, max_batch=17) == 17
+    assert impl.crossover_batch(LLAMA, threshold=1.2, max_batch=16) is None
 
 
 @pytest.mark.step4
