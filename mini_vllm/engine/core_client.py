@@ -31,15 +31,21 @@ import pickle
 import queue
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 
 from mini_vllm.engine.core import EngineCore, EngineCoreOutputs, EngineInfo
 from mini_vllm.errors import UserError
 from mini_vllm.utils import cpu_threads_context
 
-__all__ = ["EngineCoreClient", "InprocClient", "MPClient", "make_client"]
+__all__ = ["EngineCoreClient", "InprocClient", "MPClient", "ShuttingDown", "make_client"]
 
 logger = logging.getLogger(__name__)
+
+
+class ShuttingDown(Exception):
+    """What `on_dead` gets when the core stopped because it was asked to."""
+
 
 OnReady = Callable[[EngineInfo], None]
 OnOutputs = Callable[[EngineCoreOutputs], None]
@@ -76,8 +82,6 @@ def make_client(engine_factory: Callable[[], object], multiprocess: bool) -> Eng
 
 def _build(engine_factory: Callable[[], object]) -> tuple[object, EngineInfo]:
     """The warm-up: build the `LLM` (load, compile, capture), timed."""
-    import time
-
     start = time.perf_counter()
     llm = engine_factory()
     return llm, EngineInfo.of(llm, time.perf_counter() - start)
@@ -144,7 +148,7 @@ class InprocClient(EngineCoreClient):
             logger.exception("the engine loop failed")
             on_dead(exc, True)
             return
-        on_dead(RuntimeError("the server is shutting down"), True)
+        on_dead(ShuttingDown("the server is shutting down"), True)
 
 
 # -- in a process of its own -----------------------------------------------------------
@@ -260,7 +264,7 @@ class MPClient(EngineCoreClient):
                 if self._output.poll(0):  # its last words came after the poll
                     continue
                 if self._stopping:
-                    on_dead(RuntimeError("the server is shutting down"), True)
+                    on_dead(ShuttingDown("the server is shutting down"), True)
                 else:
                     code = self._proc.exitcode
                     on_dead(
@@ -278,7 +282,7 @@ class MPClient(EngineCoreClient):
                 on_dead(UserError(message) if user_error else RuntimeError(message), started)
                 return
             elif kind == "stopped":
-                on_dead(RuntimeError("the server is shutting down"), True)
+                on_dead(ShuttingDown("the server is shutting down"), True)
                 return
 
 

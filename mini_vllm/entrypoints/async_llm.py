@@ -46,7 +46,7 @@ from mini_vllm.engine.core import (
     EngineInfo,
     FinishRequest,
 )
-from mini_vllm.engine.core_client import make_client
+from mini_vllm.engine.core_client import ShuttingDown, make_client
 from mini_vllm.entrypoints.metrics import PrometheusStatLogger
 from mini_vllm.sampling_params import SamplingParams
 
@@ -73,6 +73,18 @@ def _put_all(items: list[tuple[asyncio.Queue, EngineCoreOutput]]) -> None:
     """Runs in the event loop: one turn's outputs into their queues."""
     for deltas, delta in items:
         deltas.put_nowait(delta)
+
+
+def _route(routed: list[tuple[_Pending, EngineCoreOutput]]) -> None:
+    """Hand outputs to their requests' event loops: one call a loop, not one a request."""
+    by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+    for pending, output in routed:
+        by_loop.setdefault(pending.loop, []).append((pending.queue, output))
+    for loop, items in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_put_all, items)
+        except RuntimeError:  # that event loop is closed: nobody listens any more
+            pass
 
 
 class AsyncLLM:
@@ -134,7 +146,7 @@ class AsyncLLM:
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop the core (after the step in progress) and wait for it."""
         self._client.shutdown(timeout)
-        self._on_dead(RuntimeError("the server is shutting down"), True)
+        self._on_dead(ShuttingDown("the server is shutting down"), True)
 
     # -- what the handlers call ----------------------------------------------------------
 
@@ -237,7 +249,7 @@ class AsyncLLM:
     def _on_outputs(self, turn: EngineCoreOutputs) -> None:
         """Route a turn's outputs to their requests' queues, one call per event loop."""
         now = time.monotonic()
-        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+        routed: list[tuple[_Pending, EngineCoreOutput]] = []
         with self._lock:
             for output in turn.outputs:
                 pending = self._pending.get(output.request_id)
@@ -245,16 +257,12 @@ class AsyncLLM:
                     continue
                 if output.finish_reason is not None:
                     del self._pending[output.request_id]
-                by_loop.setdefault(pending.loop, []).append((pending.queue, output))
+                routed.append((pending, output))
                 if self.metrics is not None:
                     self._record(pending, output, now)
         if self.metrics is not None and turn.stats is not None:
             self.metrics.record_step(turn.stats)
-        for loop, items in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_put_all, items)
-            except RuntimeError:  # that event loop is closed: nobody listens any more
-                pass
+        _route(routed)
 
     # ANCHOR_END: on_outputs
 
@@ -276,7 +284,7 @@ class AsyncLLM:
             logger.error("the engine failed to start: %s", error)
             self.startup_error = error
             message, status = f"the engine failed to start: {error}", 503
-        elif isinstance(error, RuntimeError) and str(error) == "the server is shutting down":
+        elif isinstance(error, ShuttingDown):
             message, status = "the server is shutting down; send the request again later", 503
         else:
             if first:
@@ -287,17 +295,10 @@ class AsyncLLM:
         with self._lock:
             self._closed = True
             lost, self._pending = self._pending, {}
-        by_loop: dict[asyncio.AbstractEventLoop, list] = {}
-        for rid, pending in lost.items():
-            delta = RequestOutputDelta(rid, [], "error", message, status)
-            by_loop.setdefault(pending.loop, []).append((pending.queue, delta))
-            if self.metrics is not None and status == 500:
+        _route([(p, RequestOutputDelta(r, [], "error", message, status)) for r, p in lost.items()])
+        if self.metrics is not None and status == 500:
+            for _ in lost:
                 self.metrics.on_finished("error", None)
-        for loop, items in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_put_all, items)
-            except RuntimeError:
-                pass
         self._ready.set()
         if not started and first and self._on_startup_failure is not None:
             self._on_startup_failure(error)

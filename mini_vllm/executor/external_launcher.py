@@ -41,6 +41,7 @@ from mini_vllm.distributed.parallel_state import (
     initialize_model_parallel,
 )
 from mini_vllm.errors import UserError
+from mini_vllm.executor.multiproc_executor import rank_backend, rank_device
 
 __all__ = ["ExternalLauncherExecutor", "launcher_env", "schedule_fingerprint"]
 
@@ -89,13 +90,14 @@ class ExternalLauncherExecutor:
         self.timeout_s = envs.MINI_VLLM_TP_TIMEOUT_S
         self.seed = config.seed
         self.rank, self.local_rank, local_world = launcher_env(self.world_size)
-        self.device = "cpu" if config.device == "cpu" else f"cuda:{self.local_rank}"
+        self.device = rank_device(config.device, self.local_rank)
         if config.device == "cpu":  # the ranks of this machine share its cores
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
         else:
             torch.cuda.set_device(self.device)
-        backend = "gloo" if config.device == "cpu" else "nccl"
-        init_distributed_environment(self.world_size, self.rank, "env://", backend, self.timeout_s)
+        init_distributed_environment(
+            self.world_size, self.rank, "env://", rank_backend(config.device), self.timeout_s
+        )
         initialize_model_parallel(self.world_size)
         # Leave the process group when this object goes, or at the latest at exit: a gloo or
         # NCCL group still alive while the interpreter tears down aborts the process

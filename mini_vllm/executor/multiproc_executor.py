@@ -44,7 +44,7 @@ from mini_vllm.distributed.parallel_state import (
     initialize_model_parallel,
 )
 
-__all__ = ["MultiprocExecutor", "rank_device"]
+__all__ = ["MultiprocExecutor", "rank_backend", "rank_device"]
 
 _PIPE_CLOSED = "(its pipe closed)"
 # How long a worker may take to leave after it was asked to, before it is killed.
@@ -56,7 +56,7 @@ def rank_device(device: str, rank: int) -> str:
     return "cpu" if device == "cpu" else f"cuda:{rank}"
 
 
-def _backend(device: str) -> str:
+def rank_backend(device: str) -> str:
     return "gloo" if device == "cpu" else "nccl"
 
 
@@ -88,7 +88,7 @@ def _worker_main(rank: int, config, init_method: str, timeout_s: float, conn) ->
         else:
             torch.cuda.set_device(device)
         init_distributed_environment(
-            world_size, rank, init_method, _backend(config.device), timeout_s
+            world_size, rank, init_method, rank_backend(config.device), timeout_s
         )
         initialize_model_parallel(world_size)
         model, _, _ = load_model(
@@ -166,7 +166,7 @@ class MultiprocExecutor:
         if config.device != "cpu":
             torch.cuda.set_device(rank_device(config.device, 0))
         init_distributed_environment(
-            self.world_size, 0, init_method, _backend(config.device), self.timeout_s
+            self.world_size, 0, init_method, rank_backend(config.device), self.timeout_s
         )
         initialize_model_parallel(self.world_size)
 
