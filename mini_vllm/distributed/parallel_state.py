@@ -38,6 +38,8 @@ __all__ = [
     "initialize_model_parallel",
     "model_parallel_is_initialized",
     "patch_tensor_parallel_group",
+    "rank_backend",
+    "rank_device",
 ]
 
 
@@ -127,6 +129,17 @@ def get_tensor_model_parallel_rank() -> int:
 
 def model_parallel_is_initialized() -> bool:
     return _TP is not None
+
+
+def rank_device(device: str, rank: int) -> str:
+    """The device of the rank with this index on its machine: the CPU for every rank, or
+    that GPU."""
+    return "cpu" if device == "cpu" else f"cuda:{rank}"
+
+
+def rank_backend(device: str) -> str:
+    """The collectives' backend for the device: gloo between CPU processes, NCCL on GPUs."""
+    return "gloo" if device == "cpu" else "nccl"
 
 
 # ANCHOR: init_distributed

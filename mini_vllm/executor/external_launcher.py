@@ -39,9 +39,10 @@ from mini_vllm.distributed.parallel_state import (
     get_tp_group,
     init_distributed_environment,
     initialize_model_parallel,
+    rank_backend,
+    rank_device,
 )
 from mini_vllm.errors import UserError
-from mini_vllm.executor.multiproc_executor import rank_backend, rank_device
 
 __all__ = ["ExternalLauncherExecutor", "launcher_env", "schedule_fingerprint"]
 

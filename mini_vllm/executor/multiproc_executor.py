@@ -42,22 +42,15 @@ from mini_vllm.distributed.parallel_state import (
     get_tp_group,
     init_distributed_environment,
     initialize_model_parallel,
+    rank_backend,
+    rank_device,
 )
 
-__all__ = ["MultiprocExecutor", "rank_backend", "rank_device"]
+__all__ = ["MultiprocExecutor"]
 
 _PIPE_CLOSED = "(its pipe closed)"
 # How long a worker may take to leave after it was asked to, before it is killed.
 SHUTDOWN_GRACE_S = 5.0
-
-
-def rank_device(device: str, rank: int) -> str:
-    """The device of `rank`: the CPU for every rank, or GPU `rank` of this machine."""
-    return "cpu" if device == "cpu" else f"cuda:{rank}"
-
-
-def rank_backend(device: str) -> str:
-    return "gloo" if device == "cpu" else "nccl"
 
 
 def _free_port() -> int:
