@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -86,8 +87,32 @@ class GroupCoordinator:
         dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.cpu_group)
         return int(t.item())
 
+    def check_same(self, what: str, value: object) -> None:
+        """Raise on every rank unless every rank holds the same `value` (a picklable host
+        value, such as the list of graphs a rank is about to capture), naming who differs.
+
+        Used where the ranks must agree before a collective depends on it: a rank that
+        captured other graphs would, some later step, replay a graph whose collectives the
+        others never launch, and wait for them forever."""
+        if self.world_size == 1:
+            return
+        values: list[object] = [None] * self.world_size
+        dist.all_gather_object(values, value, group=self.cpu_group)
+        differ = [rank for rank, v in enumerate(values) if v != values[0]]
+        if differ:
+            raise RuntimeError(
+                f"the ranks disagree on {what}: rank 0 has {_short(values[0])}, rank "
+                f"{differ[0]} has {_short(values[differ[0]])}. Every rank must be built from "
+                "the same configuration (the same engine arguments on every rank)"
+            )
+
 
 # ANCHOR_END: group_coordinator
+
+
+def _short(value: object, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # How long the ranks may take to meet (each process starts Python and imports torch first).
@@ -160,6 +185,11 @@ def init_distributed_environment(
             "torch.distributed is already initialised in this process: one tensor-parallel "
             "engine a process (delete the other LLM first)"
         )
+    if backend == "nccl":
+        # A collective that fails or times out must not kill this process from NCCL's
+        # watchdog thread (its default): the executor sees the dead or silent rank and
+        # turns it into an error the engine's caller can catch.
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
     options = dict(init_method=distributed_init_method)
     if distributed_init_method.startswith("tcp://"):
         host, port = distributed_init_method.removeprefix("tcp://").rsplit(":", 1)
@@ -200,14 +230,25 @@ def initialize_model_parallel(tensor_model_parallel_size: int) -> None:
 # ANCHOR_END: init_distributed
 
 
-def destroy_distributed_environment() -> None:
-    """Leave the process group (a later engine in this process may create another)."""
+def destroy_distributed_environment(abort: bool = False) -> None:
+    """Leave the process group (a later engine in this process may create another).
+
+    `abort`: the ranks parted mid-step. NCCL kernels may still wait on this GPU for a peer
+    that will never send; aborting the communicators ends them, where a polite destroy
+    would wait for them."""
     global _TP
     if _TP is not None:
         _groups.pop(_TP.unique_name, None)
         _TP = None
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    if not dist.is_initialized():
+        return
+    if abort and dist.get_backend() == "nccl":
+        try:
+            dist.distributed_c10d._abort_process_group()
+            return
+        except Exception:  # an older torch without it: destroy, as below
+            pass
+    dist.destroy_process_group()
 
 
 @contextlib.contextmanager

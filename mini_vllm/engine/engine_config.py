@@ -307,17 +307,6 @@ class EngineConfig:
                 "async_scheduling with tensor_parallel_size > 1 is not supported yet; "
                 "drop one of the two"
             )
-        graphs = self.cudagraph_mode is not None and (
-            CUDAGraphMode.from_name(self.cudagraph_mode) is not CUDAGraphMode.NONE
-        )
-        compiled = CompilationMode.from_name(self.compilation_mode) is not CompilationMode.NONE
-        if (graphs or compiled) and not self.enforce_eager:
-            raise UserError(
-                "tensor_parallel_size > 1 runs eagerly for now (graphs and compilation with "
-                "collectives in them are not supported yet): leave cudagraph_mode and "
-                "compilation_mode unset, or pass enforce_eager=True"
-            )
-        self.cudagraph_mode = CUDAGraphMode.NONE
 
     def check_tensor_parallel(self, model_config) -> None:
         """Whether the model splits over `tensor_parallel_size` ranks (before any allocation)."""

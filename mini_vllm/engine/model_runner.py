@@ -48,7 +48,7 @@ from mini_vllm.config.compilation import (
     CUDAGraphMode,
     resolve_cudagraph_mode,
 )
-from mini_vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+from mini_vllm.distributed.parallel_state import get_tensor_model_parallel_rank, get_tp_group
 from mini_vllm.engine.cudagraph_dispatcher import CudagraphDispatcher
 from mini_vllm.engine.engine_config import EngineConfig
 from mini_vllm.engine.input_batch import StepArrays, WrittenStep, gather_step, write_step
@@ -87,6 +87,10 @@ class SampledTokens:
         self._host, self._event, self._rows, self._num_rows = host, event, rows, num_rows
         # Run once the step's copies have landed (the log-probabilities' bookkeeping).
         self.when_landed: Callable[[], None] | None = None
+
+    def ready(self) -> bool:
+        """Whether `get` would return at once (the step's tokens are on the host)."""
+        return self._event is None or self._event.query()
 
     def get(self) -> list[int | None]:
         """The token of each row (None: no sample), waiting for this step only."""
@@ -658,6 +662,9 @@ class ModelRunner:
     def capture_model(self, progress: bool = True) -> CaptureReport | None:
         """Capture every graph the dispatcher may ask for, largest first; then close the window."""
         keys = self.dispatcher.all_keys()  # mixed sizes largest first, then uniform FULL sizes
+        # Tensor parallelism (Phase 07): a graph holds its all-reduces, so a rank that
+        # captured other keys would one day replay collectives the others never launch.
+        get_tp_group().check_same("the graphs to capture", [(m.name, k) for m, k in keys])
         if not keys:
             return None
         from tqdm.auto import tqdm

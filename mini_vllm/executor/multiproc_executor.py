@@ -30,14 +30,16 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import socket
+import time
 import traceback
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from mini_vllm import envs
 from mini_vllm.distributed.parallel_state import (
+    RENDEZVOUS_TIMEOUT_S,
     destroy_distributed_environment,
     get_tp_group,
     init_distributed_environment,
@@ -51,6 +53,8 @@ __all__ = ["MultiprocExecutor"]
 _PIPE_CLOSED = "(its pipe closed)"
 # How long a worker may take to leave after it was asked to, before it is killed.
 SHUTDOWN_GRACE_S = 5.0
+# How often rank 0, waiting for a step's tokens, looks whether the workers are alive.
+WORKER_CHECK_S = 0.05
 
 
 def _free_port() -> int:
@@ -75,6 +79,7 @@ def _worker_main(rank: int, config, init_method: str, timeout_s: float, conn) ->
 
     world_size = config.tensor_parallel_size
     try:
+        conn.send(("started", None))  # rank 0 waits for this before it waits for the group
         device = rank_device(config.device, rank)
         if device == "cpu":  # the ranks share the cores
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
@@ -93,28 +98,36 @@ def _worker_main(rank: int, config, init_method: str, timeout_s: float, conn) ->
         plan = plan_kv_cache(config, model.config, weight.dtype, dev, **device_memory(dev))
         num_blocks = get_tp_group().all_reduce_min(plan.num_blocks)  # as rank 0 does
         runner = ModelRunner(model, config, plan.max_model_len, num_blocks)
+        # What the engine does on rank 0, in the same order: the collectives of the
+        # compile run and of each capture's warm-up meet their twins there.
+        runner.compile_model()
+        runner.capture_model(progress=False)
         while True:
             method, args = conn.recv()
             if method == "shutdown":
                 break
             getattr(runner, method)(*args)
     except EOFError:
-        pass  # the driver is gone: nothing left to serve
+        parted = True  # the driver is gone: nothing left to serve
     except BaseException:
+        parted = True
         try:
             conn.send(("error", traceback.format_exc()))
         except OSError:
             pass
         raise SystemExit(1) from None
+    else:
+        parted = False
     finally:
-        destroy_distributed_environment()
+        destroy_distributed_environment(abort=parted)
 
 
 # ANCHOR_END: worker_main
 
 
-def _shutdown(workers: list[_Worker]) -> None:
-    """Ask every worker to leave, kill those that do not, and leave the process group."""
+def _shutdown(workers: list[_Worker], parted: list[bool]) -> None:
+    """Ask every worker to leave, kill those that do not, and leave the process group
+    (abort it if the ranks `parted`: a collective may still be waiting)."""
     for worker in workers:
         try:
             worker.conn.send(("shutdown", ()))
@@ -127,7 +140,7 @@ def _shutdown(workers: list[_Worker]) -> None:
             worker.process.join(SHUTDOWN_GRACE_S)
         worker.conn.close()
     workers.clear()
-    destroy_distributed_environment()
+    destroy_distributed_environment(abort=parted[0])
 
 
 class MultiprocExecutor:
@@ -144,7 +157,8 @@ class MultiprocExecutor:
         context = mp.get_context("spawn")  # CUDA cannot be used in a forked child
         self.workers: list[_Worker] = []
         # Whatever happens next, the workers go when this object does (or at exit).
-        self._finalizer = weakref.finalize(self, _shutdown, self.workers)
+        self._parted = [False]  # set when the ranks fall out of step
+        self._finalizer = weakref.finalize(self, _shutdown, self.workers, self._parted)
         for rank in range(1, self.world_size):
             parent_end, child_end = context.Pipe()
             process = context.Process(
@@ -156,6 +170,9 @@ class MultiprocExecutor:
             process.start()
             child_end.close()
             self.workers.append(_Worker(rank, process, parent_end))
+        # A worker that cannot even start (say, a script without `if __name__ ==
+        # "__main__":`, which spawn re-imports) is an error now, not a rendezvous timeout.
+        self._wait_for_workers("started", "starting", RENDEZVOUS_TIMEOUT_S)
         if config.device != "cpu":
             torch.cuda.set_device(rank_device(config.device, 0))
         init_distributed_environment(
@@ -168,24 +185,31 @@ class MultiprocExecutor:
     def wait_for_workers_loaded(self, timeout_s: float = 600.0) -> None:
         """Wait until every worker holds its shard (loading may take longer than a step's
         collective may wait), or raise naming the rank that failed."""
+        self._wait_for_workers("loaded", "loading the model", timeout_s)
+
+    def _wait_for_workers(self, message: str, doing: str, timeout_s: float) -> None:
+        """Wait until every worker has sent `message`, or raise naming the rank that died,
+        failed or took longer than `timeout_s` while `doing` it."""
         pending = list(self.workers)
-        waited = 0.0
+        deadline = time.monotonic() + timeout_s
         while pending:
             for worker in list(pending):
                 if worker.conn.poll(0.05):
                     what, detail = self._receive(worker)
-                    if what != "loaded":
-                        self._fail(f"rank {worker.rank} failed while loading the model:\n{detail}")
+                    if what != message:
+                        self._fail(f"rank {worker.rank} failed while {doing}:\n{detail}")
                     pending.remove(worker)
                 elif not worker.process.is_alive():
                     self._fail(
                         f"rank {worker.rank} (pid {worker.process.pid}) exited with code "
-                        f"{worker.process.exitcode} while loading the model"
+                        f"{worker.process.exitcode} while {doing}"
                     )
-            waited += 0.05 * max(1, len(pending))
-            if waited > timeout_s:
+            if pending and time.monotonic() > deadline:
                 ranks = [w.rank for w in pending]
-                self._fail(f"rank(s) {ranks} did not load the model within {timeout_s:.0f} s")
+                self._fail(
+                    f"rank(s) {ranks} took more than {timeout_s:.0f} s {doing}",
+                    if_none_died="the machine may be overloaded",
+                )
 
     # ANCHOR: execute_model
     def execute_model(self, output):
@@ -194,9 +218,34 @@ class MultiprocExecutor:
             raise RuntimeError(self._failure)
         self._broadcast("execute_model", (output,))
         try:
-            return self.driver_runner.execute_model(output)
+            if self.device == "cpu":  # gloo's collectives time out by themselves
+                return self.driver_runner.execute_model(output)
+            # On GPUs a graph's all-reduce waits in a kernel, with no timeout: wait for the
+            # step's tokens here instead, watching the workers (vLLM: the executor's monitor).
+            start = time.perf_counter()
+            runner = self.driver_runner
+            step = runner.execute_model(output, non_blocking=True)
+            self._wait_for_step(step)
+            sampled = step.get()
+            # The step's record counts until its tokens landed, as a blocking step's does.
+            runner.last_step = replace(runner.last_step, seconds=time.perf_counter() - start)
+            return sampled
         except Exception as exc:
             self._fail(f"rank 0 failed in a step ({type(exc).__name__}: {exc})", exc)
+
+    def _wait_for_step(self, step) -> None:
+        """Return once the step's tokens are on the host; raise if a worker died first or
+        the step took longer than a collective may wait."""
+        deadline = time.monotonic() + self.timeout_s
+        next_check = time.monotonic() + WORKER_CHECK_S
+        while not step.ready():
+            now = time.monotonic()
+            if now > next_check:
+                dead = [w.rank for w in self.workers if not w.process.is_alive()]
+                if dead or now > deadline:
+                    what = f"rank {dead[0]} died" if dead else "the step never ended"
+                    self._fail(f"rank 0 failed in a step ({what})")
+                next_check = now + WORKER_CHECK_S
 
     # ANCHOR_END: execute_model
 
@@ -214,7 +263,7 @@ class MultiprocExecutor:
             return "error", _PIPE_CLOSED
 
     # ANCHOR: fail
-    def _fail(self, what: str, cause: BaseException | None = None):
+    def _fail(self, what: str, cause: BaseException | None = None, if_none_died: str = ""):
         """Raise one error that says which rank parted and why; end the workers."""
         reasons = []
         for worker in self.workers:
@@ -230,13 +279,17 @@ class MultiprocExecutor:
                 )
         if not reasons:
             reasons.append(
-                "no worker died: the ranks disagree on the step (a collective some rank did "
-                f"not join timed out after {self.timeout_s:g} s; MINI_VLLM_TP_TIMEOUT_S sets it)"
+                f"no worker died: {if_none_died}"
+                if if_none_died
+                else "no worker died: the ranks disagree on the step (a collective some rank "
+                f"did not join timed out after {self.timeout_s:g} s; MINI_VLLM_TP_TIMEOUT_S "
+                "sets it)"
             )
         self._failure = (
             f"tensor parallelism: {what}; {'; '.join(reasons)}. The ranks no longer run in "
             "step, so this engine cannot go on: delete this LLM and build a new one"
         )
+        self._parted[0] = True
         self.shutdown()
         raise RuntimeError(self._failure) from cause
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -156,15 +158,21 @@ def _tokens_and_logprobs(llm: LLM):
     return tokens, logprobs
 
 
-def test_two_ranks_give_the_one_rank_tokens_and_logprobs_and_leave_no_process():
+# On the CPU, "graphs" are mini_vllm's CPU look-alike (compilation/cpu_graph.py): it records
+# the all-reduce op at capture and runs it again, a collective, at every replay.
+@pytest.mark.parametrize("graphs", [{}, {"cudagraph_mode": "full_and_piecewise"}], ids=str)
+def test_two_ranks_give_the_one_rank_tokens_and_logprobs_and_leave_no_process(graphs):
     reference = _tokens_and_logprobs(LLM("tiny", dtype="float32", max_num_seqs=4))
-    llm = LLM("tiny", dtype="float32", max_num_seqs=4, tensor_parallel_size=2)
+    llm = LLM("tiny", dtype="float32", max_num_seqs=4, tensor_parallel_size=2, **graphs)
     pids = _worker_pids(llm)
     assert len(pids) == 1 and all(_alive(pid) for pid in pids)
     tokens, logprobs = _tokens_and_logprobs(llm)
     assert tokens == reference[0]
     for got, expected in zip(logprobs, reference[1]):
         assert_close(torch.tensor(got), torch.tensor(expected), atol=1e-5, rtol=0)
+    if graphs:  # the decode steps replayed graphs: FULL ones, their all-reduces inside
+        assert llm.engine.runner.capture_report.num_graphs > 0
+        assert llm.engine.stats.steps_per_runtime_mode["FULL"] > 0
     # The engine's rank 0 holds half the model.
     attn = llm.engine.runner.model.model.layers[0].self_attn.attn
     assert (attn.num_heads, attn.num_kv_heads) == (2, 1)
@@ -213,7 +221,6 @@ def test_a_rank_that_skips_a_step_is_a_timeout_error_not_a_hang(monkeypatch):
         ({"tensor_parallel_size": 9}, "from 1 to 8"),
         ({"tensor_parallel_size": "2"}, "from 1 to 8"),
         ({"tensor_parallel_size": 2, "async_scheduling": True}, "async_scheduling"),
-        ({"tensor_parallel_size": 2, "cudagraph_mode": "piecewise"}, "enforce_eager"),
         ({"tensor_parallel_size": (os.cpu_count() or 1) + 1}, "core a rank|from 1 to 8"),
     ],
 )
@@ -267,3 +274,20 @@ def test_the_kv_cache_plan_counts_a_ranks_share_of_the_kv_heads():
     ]
     assert plans[1].bytes_per_block * 2 == plans[0].bytes_per_block
     assert plans[1].num_blocks == 2 * plans[0].num_blocks
+
+
+def test_a_script_without_a_main_guard_fails_at_once_naming_the_rank(tmp_path):
+    """Spawned ranks import the user's script again; without `if __name__ == "__main__":` the
+    worker dies before it joins the group, which rank 0 must report, not wait out."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        'from mini_vllm import LLM\nLLM("tiny", max_num_seqs=4, tensor_parallel_size=2)\n'
+    )
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "rank 1 failed while starting" in done.stderr, done.stderr[-2000:]
+    assert time.monotonic() - start < 60  # not the rendezvous' 300 s

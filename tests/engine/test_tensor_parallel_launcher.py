@@ -39,9 +39,13 @@ SCRIPT = textwrap.dedent(
         params = dict(params, temperature=0.8)
     if mode == "diverge" and rank == 1:
         prompts = [[3, 3, 3]] + prompts[1:]  # this rank's script went another way
+    graphs = {{}}
+    if mode == "ladder":  # this rank's script asks for other graphs than the other's
+        graphs = dict(cudagraph_mode="full_and_piecewise",
+                      cudagraph_capture_sizes=[1, 2, 4] if rank == 1 else [1, 2, 4, 8])
     try:
         llm = LLM("tiny", dtype="float32", max_num_seqs=4, tensor_parallel_size=2,
-                  distributed_executor_backend="external_launcher")
+                  distributed_executor_backend="external_launcher", **graphs)
         outputs = llm.generate(prompts, SamplingParams(**params), use_tqdm=False)
         result = {{"tokens": [o.token_ids for o in outputs],
                    "logprobs": [[e[t].logprob for e, t in zip(o.outputs[0].logprobs, o.token_ids)]
@@ -102,6 +106,16 @@ def test_a_rank_whose_script_diverges_is_an_error_on_every_rank_not_a_hang(tmp_p
         )
         assert "same requests, in the same order" in result["error"]
     assert seconds < 120  # start-up included; the disagreement itself is caught at once
+
+
+def test_ranks_that_would_capture_other_graphs_fail_at_start_naming_both(tmp_path):
+    done, results, seconds = torchrun(tmp_path, "ladder")
+    assert done.returncode != 0
+    for rank, result in enumerate(results):
+        error = result.get("error", "")
+        assert "the ranks disagree on the graphs to capture" in error, f"rank {rank}: {result}"
+        assert "rank 0 has" in error and "rank 1 has" in error
+    assert seconds < 120  # start-up included; the check is one gather before any capture
 
 
 def test_the_launcher_backend_without_a_launcher_says_how_to_launch(monkeypatch):

@@ -32,6 +32,7 @@ import torch
 from mini_vllm import compat, envs
 from mini_vllm.compilation.caching.aot_cache import compiler_sources_digest
 from mini_vllm.config.compilation import CompilationMode
+from mini_vllm.distributed.parallel_state import get_tensor_model_parallel_world_size
 
 __all__ = ["CompileReport", "compile_and_record", "inductor_cache_dir"]
 
@@ -93,6 +94,8 @@ def _record_path(
             "dtype": str(dtype),
             "torch": torch.__version__,
             "fusion": fusion,
+            # A rank's shard has other shapes and all-reduces in it: never the whole model's.
+            "tensor_parallel_size": get_tensor_model_parallel_world_size(),
             # The compiler's own code (fusion passes, Inductor settings) is not traced, so
             # the saved compiled model cannot check it: it is part of the key.
             "compiler": compiler_sources_digest(),
