@@ -230,19 +230,20 @@ def initialize_model_parallel(tensor_model_parallel_size: int) -> None:
 # ANCHOR_END: init_distributed
 
 
-def destroy_distributed_environment(abort: bool = False) -> None:
+def destroy_distributed_environment() -> None:
     """Leave the process group (a later engine in this process may create another).
 
-    `abort`: the ranks parted mid-step. NCCL kernels may still wait on this GPU for a peer
-    that will never send; aborting the communicators ends them, where a polite destroy
-    would wait for them."""
+    NCCL's communicators are aborted, not destroyed: a polite destroy waits for the peers,
+    which may be gone (a rank that died, or one already killed at shutdown), and for
+    kernels that may still wait on them; with graphs that captured its collectives alive,
+    it can wait for ever. Aborting ends them at once, and nothing is left to save."""
     global _TP
     if _TP is not None:
         _groups.pop(_TP.unique_name, None)
         _TP = None
     if not dist.is_initialized():
         return
-    if abort and dist.get_backend() == "nccl":
+    if dist.get_backend() == "nccl":
         try:
             dist.distributed_c10d._abort_process_group()
             return

@@ -108,26 +108,22 @@ def _worker_main(rank: int, config, init_method: str, timeout_s: float, conn) ->
                 break
             getattr(runner, method)(*args)
     except EOFError:
-        parted = True  # the driver is gone: nothing left to serve
+        pass  # the driver is gone: nothing left to serve
     except BaseException:
-        parted = True
         try:
             conn.send(("error", traceback.format_exc()))
         except OSError:
             pass
         raise SystemExit(1) from None
-    else:
-        parted = False
     finally:
-        destroy_distributed_environment(abort=parted)
+        destroy_distributed_environment()
 
 
 # ANCHOR_END: worker_main
 
 
-def _shutdown(workers: list[_Worker], parted: list[bool]) -> None:
-    """Ask every worker to leave, kill those that do not, and leave the process group
-    (abort it if the ranks `parted`: a collective may still be waiting)."""
+def _shutdown(workers: list[_Worker]) -> None:
+    """Ask every worker to leave, kill those that do not, and leave the process group."""
     for worker in workers:
         try:
             worker.conn.send(("shutdown", ()))
@@ -140,7 +136,7 @@ def _shutdown(workers: list[_Worker], parted: list[bool]) -> None:
             worker.process.join(SHUTDOWN_GRACE_S)
         worker.conn.close()
     workers.clear()
-    destroy_distributed_environment(abort=parted[0])
+    destroy_distributed_environment()
 
 
 class MultiprocExecutor:
@@ -157,8 +153,7 @@ class MultiprocExecutor:
         context = mp.get_context("spawn")  # CUDA cannot be used in a forked child
         self.workers: list[_Worker] = []
         # Whatever happens next, the workers go when this object does (or at exit).
-        self._parted = [False]  # set when the ranks fall out of step
-        self._finalizer = weakref.finalize(self, _shutdown, self.workers, self._parted)
+        self._finalizer = weakref.finalize(self, _shutdown, self.workers)
         for rank in range(1, self.world_size):
             parent_end, child_end = context.Pipe()
             process = context.Process(
@@ -289,7 +284,6 @@ class MultiprocExecutor:
             f"tensor parallelism: {what}; {'; '.join(reasons)}. The ranks no longer run in "
             "step, so this engine cannot go on: delete this LLM and build a new one"
         )
-        self._parted[0] = True
         self.shutdown()
         raise RuntimeError(self._failure) from cause
 
