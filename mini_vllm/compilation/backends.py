@@ -63,8 +63,16 @@ class GraphForward:
 
     @property
     def num_captured_graphs(self) -> int:
-        wrappers = self.piece_wrappers + ([self.full_wrapper] if self.full_wrapper else [])
-        return sum(len(w.entries) for w in wrappers)
+        return sum(len(w.entries) for w in self._wrappers())
+
+    def release_graphs(self) -> None:
+        """Drop every captured graph (before the process group its collectives use goes:
+        NCCL does not tear a communicator down while graphs that captured it exist)."""
+        for wrapper in self._wrappers():
+            wrapper.entries.clear()
+
+    def _wrappers(self) -> list[CUDAGraphWrapper]:
+        return self.piece_wrappers + ([self.full_wrapper] if self.full_wrapper else [])
 
 
 # ANCHOR: build_graph_forward
@@ -108,6 +116,7 @@ def build_graph_forward(
                 pieces.install(split, item.submod_name, item.module)
         forward = split
         # ANCHOR_END: fx_pieces
+    # ANCHOR: full_wrapper
     if mode.has_full_cudagraphs():
         result.full_wrapper = CUDAGraphWrapper(
             forward,
@@ -121,6 +130,7 @@ def build_graph_forward(
         forward = result.full_wrapper
     result.forward = forward
     return result
+    # ANCHOR_END: full_wrapper
 
 
 # ANCHOR_END: build_graph_forward

@@ -208,6 +208,7 @@ class ModelRunner:
         # is traced with torch.fx and cut at its Attention layers, or compiled and cut
         # at the attention op), so the downgrade only depends on the backend's support.
         self.compilation_mode = config.compilation_mode
+        # ANCHOR: graph_mode_setup
         # Attention is a split point eagerly (torch.fx) and at VLLM_COMPILE (Dynamo);
         # the plain compile levels trace the model whole, so they cannot do piecewise.
         split = self.compilation_mode in (CompilationMode.NONE, CompilationMode.VLLM_COMPILE)
@@ -225,6 +226,7 @@ class ModelRunner:
         self.dispatcher = CudagraphDispatcher(
             self.cudagraph_mode, self.capture_sizes, config.max_num_seqs
         )
+        # ANCHOR_END: graph_mode_setup
         self.graph_backend = graph_backend_for(self.device)
         self.graph_pool = (
             self.graph_backend.new_pool() if self.cudagraph_mode is not CUDAGraphMode.NONE else None
@@ -425,6 +427,7 @@ class ModelRunner:
         whose `.get()` waits for this step's tokens; the GPU still runs the step.
         """
         start = time.perf_counter()
+        # ANCHOR: execute_forward
         step = gather_step(output)
         runtime_mode, descriptor = self.dispatch(step.num_tokens, step.uniform_decode)
         inputs, metadata = self._write_inputs(output, step, descriptor.num_tokens, runtime_mode)
@@ -432,6 +435,7 @@ class ModelRunner:
         forward_start = self._timestamp() if self.time_forward else 0.0
         with self._forward_context(runtime_mode, descriptor, metadata):
             hidden_states = self.graphs.forward(self.input_ids[:n], self.positions[:n])
+        # ANCHOR_END: execute_forward
         forward_seconds = self._timestamp() - forward_start if self.time_forward else 0.0
         sampled: list[int | None] = [None] * output.num_reqs
         keep_prompt_logprobs = None
@@ -671,6 +675,7 @@ class ModelRunner:
 
         start = time.perf_counter()
         warmup_seconds = 0.0
+        # ANCHOR: capture_loop
         gc.collect()
         gc.freeze()  # capture creates many objects; don't let the collector walk them all
         set_cudagraph_capturing_enabled(True)
@@ -705,6 +710,7 @@ class ModelRunner:
         finally:
             set_cudagraph_capturing_enabled(False)
             gc.unfreeze()
+        # ANCHOR_END: capture_loop
         memory = self.graph_backend.pool_memory(self.graph_pool)
         self.capture_report = CaptureReport(
             num_graphs=self.graphs.num_captured_graphs,
@@ -742,6 +748,13 @@ class ModelRunner:
                     scratch.exponential_(generator=generator)  # as the sampler draws
             self._generators[seq.seq_id] = generator
         return self._generators[seq.seq_id]
+
+    def release_graphs(self, wait: bool = True) -> None:
+        """Drop the captured graphs (before the process group goes), and wait for the device
+        unless told not to: after the ranks parted, a kernel may wait on a peer for ever."""
+        self.graphs.release_graphs()
+        if wait:
+            self.graph_backend.synchronize()
 
     def free_requests(self, seq_ids: SequenceT[object]) -> None:
         """Forget per-request state (sampling generators) of finished requests."""

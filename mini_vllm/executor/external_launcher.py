@@ -82,6 +82,13 @@ def schedule_fingerprint(output) -> int:
 # ANCHOR_END: fingerprint
 
 
+def _leave_group(runner_holder: list) -> None:
+    """Leave the process group, this rank's graphs first (they hold its collectives)."""
+    if runner_holder:
+        runner_holder[0].release_graphs()
+    destroy_distributed_environment()
+
+
 class ExternalLauncherExecutor:
     """This process's rank in a group a launcher started; `execute_model` runs its shard of
     the step, checked against the other ranks."""
@@ -104,9 +111,13 @@ class ExternalLauncherExecutor:
         # NCCL group still alive while the interpreter tears down aborts the process
         # ("terminate called without an active exception"), which a launcher reports as a
         # failed rank and answers by killing the others.
-        self._finalizer = weakref.finalize(self, destroy_distributed_environment)
-        self._runner = None
+        self._runner_holder: list = []  # this rank's ModelRunner, once the engine made it
+        self._finalizer = weakref.finalize(self, _leave_group, self._runner_holder)
         self._failure: str | None = None
+
+    @property
+    def _runner(self):
+        return self._runner_holder[0] if self._runner_holder else None
 
     @property
     def driver_runner(self):
@@ -116,7 +127,7 @@ class ExternalLauncherExecutor:
     @driver_runner.setter
     def driver_runner(self, runner) -> None:
         runner.every_rank_samples = True
-        self._runner = runner
+        self._runner_holder[:] = [runner]
         # The draws of unseeded requests come from the process's generator: the same seed on
         # every rank, set once the model is built, makes them the same (vLLM's workers call
         # `set_random_seed` with the model's seed).

@@ -78,6 +78,7 @@ def _worker_main(rank: int, config, init_method: str, timeout_s: float, conn) ->
     from mini_vllm.models.loader import load_model
 
     world_size = config.tensor_parallel_size
+    runner = None
     try:
         conn.send(("started", None))  # rank 0 waits for this before it waits for the group
         device = rank_device(config.device, rank)
@@ -108,21 +109,32 @@ def _worker_main(rank: int, config, init_method: str, timeout_s: float, conn) ->
                 break
             getattr(runner, method)(*args)
     except EOFError:
-        pass  # the driver is gone: nothing left to serve
+        parted = True  # the driver is gone: nothing left to serve
     except BaseException:
+        parted = True
         try:
             conn.send(("error", traceback.format_exc()))
         except OSError:
             pass
         raise SystemExit(1) from None
+    else:
+        parted = False
     finally:
-        destroy_distributed_environment()
+        _leave_group(runner, parted)
 
 
 # ANCHOR_END: worker_main
 
 
-def _shutdown(workers: list[_Worker]) -> None:
+def _leave_group(runner, parted: bool = False) -> None:
+    """Leave the process group, this rank's graphs first (they hold its collectives); if
+    the ranks `parted`, without waiting for this GPU."""
+    if runner is not None:
+        runner.release_graphs(wait=not parted)
+    destroy_distributed_environment()
+
+
+def _shutdown(workers: list[_Worker], driver: list, parted: list[bool]) -> None:
     """Ask every worker to leave, kill those that do not, and leave the process group."""
     for worker in workers:
         try:
@@ -136,7 +148,7 @@ def _shutdown(workers: list[_Worker]) -> None:
             worker.process.join(SHUTDOWN_GRACE_S)
         worker.conn.close()
     workers.clear()
-    destroy_distributed_environment()
+    _leave_group(driver[0] if driver else None, parted[0])
 
 
 class MultiprocExecutor:
@@ -146,14 +158,17 @@ class MultiprocExecutor:
     def __init__(self, config) -> None:
         self.world_size = config.tensor_parallel_size
         self.timeout_s = envs.MINI_VLLM_TP_TIMEOUT_S
-        self.driver_runner = None  # rank 0's ModelRunner, set by the engine
         self.device = rank_device(config.device, 0)  # this process is rank 0
         self._failure: str | None = None
         init_method = f"tcp://127.0.0.1:{_free_port()}"
         context = mp.get_context("spawn")  # CUDA cannot be used in a forked child
         self.workers: list[_Worker] = []
         # Whatever happens next, the workers go when this object does (or at exit).
-        self._finalizer = weakref.finalize(self, _shutdown, self.workers)
+        self._driver: list = []  # rank 0's ModelRunner, once the engine has made it
+        self._parted = [False]  # set when the ranks fall out of step
+        self._finalizer = weakref.finalize(
+            self, _shutdown, self.workers, self._driver, self._parted
+        )
         for rank in range(1, self.world_size):
             parent_end, child_end = context.Pipe()
             process = context.Process(
@@ -205,6 +220,15 @@ class MultiprocExecutor:
                     f"rank(s) {ranks} took more than {timeout_s:.0f} s {doing}",
                     if_none_died="the machine may be overloaded",
                 )
+
+    @property
+    def driver_runner(self):
+        """Rank 0's ModelRunner (set by the engine)."""
+        return self._driver[0] if self._driver else None
+
+    @driver_runner.setter
+    def driver_runner(self, runner) -> None:
+        self._driver[:] = [runner]
 
     # ANCHOR: execute_model
     def execute_model(self, output):
@@ -284,6 +308,7 @@ class MultiprocExecutor:
             f"tensor parallelism: {what}; {'; '.join(reasons)}. The ranks no longer run in "
             "step, so this engine cannot go on: delete this LLM and build a new one"
         )
+        self._parted[0] = True
         self.shutdown()
         raise RuntimeError(self._failure) from cause
 

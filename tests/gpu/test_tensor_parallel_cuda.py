@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 
 import pytest
@@ -67,16 +66,20 @@ def test_a_worker_killed_while_graphs_replay_is_an_error_within_seconds(monkeypa
     monkeypatch.setenv("MINI_VLLM_TP_TIMEOUT_S", "10")
     llm = LLM("tiny", device="cuda", dtype="float32", max_num_seqs=4, tensor_parallel_size=2,
               cudagraph_mode="full_and_piecewise", compilation_mode="none")  # fmt: skip
-    pid = llm.engine.model_executor.workers[0].process.pid
-    killed = {}
+    executor = llm.engine.model_executor
+    worker = executor.workers[0]
+    broadcast, steps, killed = executor._broadcast, [], {}
 
-    def kill() -> None:
-        time.sleep(1.0)
-        killed["at"] = time.monotonic()
-        os.kill(pid, signal.SIGKILL)
+    def broadcast_then_kill(method, args):
+        broadcast(method, args)
+        steps.append(method)
+        if len(steps) == 4:  # a decode step: rank 0 is about to replay a FULL graph
+            os.kill(worker.process.pid, signal.SIGKILL)
+            worker.process.join(5)
+            killed["at"] = time.monotonic()
 
-    threading.Thread(target=kill, daemon=True).start()
-    params = SamplingParams(temperature=0, max_tokens=4000, ignore_eos=True)
+    monkeypatch.setattr(executor, "_broadcast", broadcast_then_kill)
+    params = SamplingParams(temperature=0, max_tokens=50, ignore_eos=True)
     with pytest.raises(RuntimeError, match=r"rank 1 .*(died|exit code)"):
         llm.generate([[1, 2, 3]] * 4, params, use_tqdm=False)
     assert time.monotonic() - killed["at"] < 5
