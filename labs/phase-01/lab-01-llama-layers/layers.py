@@ -6,10 +6,10 @@ Mirrors four files of mini_vllm, one idea each:
 - attention/contiguous.py    `ContiguousAttentionBackend` (KV write + grouped-query attention)
 - layers/activation.py       `SiluAndMul` (SwiGLU's gate)
 
-The tests check each against a formula, then put all four into mini_vllm's `tiny`
-Llama and compare its logits with the untouched model's. Each TODO's docstring says
-what the function must guarantee, with a small example; the README has the steps,
-their test commands and folded hints.
+The tests check each against a formula, in float32 and in half precision, then put all
+four into mini_vllm's `tiny` Llama and compare its logits with the untouched model's.
+Each TODO's docstring says what the function must guarantee, with one example, not how;
+the README has the steps, their predictions, their test commands and folded hints.
 Run: pytest labs/phase-01/lab-01-llama-layers
 """
 
@@ -41,17 +41,21 @@ class RMSNorm(nn.Module):
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """x / sqrt(mean(x^2 over the last dim) + eps) * weight, in x's dtype and shape.
+        """Each row of x (its last dimension) divided by its root mean square, times weight.
 
-        With `residual` (same shape): the input is h = x + residual, and the result is
-        the pair (normalised h, h): the sum is the new residual stream.
-        The mean of squares and the reciprocal square root are computed in float32
-        whatever x's dtype, so a float16 or bfloat16 input gives the float32 statistics'
-        result rounded to its dtype (no overflow, no loss in the sum of squares).
+        Guarantees:
+        - out = x / sqrt(mean(x^2) + eps) * weight, row by row, in x's shape and dtype
+          (the weight has x's dtype).
+        - A float16 or bfloat16 x gives what float32 statistics give, rounded to x's
+          dtype: activations of a few hundred neither overflow nor vanish.
+        - With `residual` (x's shape and dtype): h = x + residual, in x's dtype, is what
+          gets normalised, and the pair (normalised h, h) comes back; h is the new
+          residual stream.
+        - x and residual hold exactly what they held before the call (the decoder layer
+          keeps using them).
 
         Example: eps = 1.0, weight all ones, x = [[1.0] * 8]: mean(x^2) = 1, so every
-        output is 1 / sqrt(2) = 0.7071. With float16 x = [[300.0] * 64] and eps 1e-6,
-        every output is 1.0 (300^2 = 90000 does not fit in float16, but float32 holds it).
+        output is 1 / sqrt(2) = 0.7071.
         """
         raise NotImplementedError("TODO: step 1")
 
@@ -62,7 +66,7 @@ class RMSNorm(nn.Module):
 def rope_inverse_frequencies(
     rotary_dim: int, base: float, scaling: dict[str, Any] | None = None
 ) -> torch.Tensor:
-    """The rotation speed of each channel pair, `[rotary_dim // 2]`, float32.
+    """The rotation speed of each channel pair, `[rotary_dim // 2]`, in float32.
 
     Entry i is base ** (-2i / rotary_dim): pair 0 turns by one radian per position,
     the last pair almost not at all. Example: rotary_dim 4, base 100 -> [1.0, 0.1].
@@ -108,16 +112,19 @@ class RotaryEmbedding(nn.Module):
     def forward(
         self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`query` `[T, H*D]` and `key` `[T, Hkv*D]` rotated by `positions` `[T]`; same shapes
-        and dtype back, inputs left as they were.
+        """`query` `[T, H*D]` and `key` `[T, Hkv*D]` rotated by `positions` `[T]`.
 
-        Every token has its own position (a flattened batch mixes sequences), and every
-        head of a token turns by the same angles. Pair i of a head turns by the angle
-        theta = positions * inv_freq[i]:
-            (a, b) -> (a cos(theta) - b sin(theta), b cos(theta) + a sin(theta))
-        where, with D = head_dim,
-        - rotate-half (is_neox_style=True, Hugging Face Llama): a = channel i, b = channel i + D/2;
-        - interleaved (is_neox_style=False, llama.cpp):         a = channel 2i, b = channel 2i + 1.
+        Guarantees:
+        - Every token turns by its own position (a flattened batch mixes sequences), and
+          every head of a token by the same angles: pair i turns by
+          theta = position * inv_freq[i], (a, b) -> (a cos theta - b sin theta,
+          b cos theta + a sin theta), where, with D = head_dim,
+          rotate-half (is_neox_style=True, Hugging Face Llama): a = channel i, b = i + D/2;
+          interleaved (is_neox_style=False, llama.cpp): a = channel 2i, b = channel 2i + 1.
+        - The angle is right at every position below max_position, whatever the dtype of
+          query and key.
+        - Two new tensors come back, with the shapes and dtype of query and key, within
+          that dtype's rounding of the exact rotation; query and key are left as they were.
 
         Example: D = 2 (one pair, inv_freq [1.0]), a query head [1.0, 0.0] at position
         p comes back as [cos p, sin p]; at position 0 nothing changes.
@@ -149,20 +156,23 @@ class ContiguousAttentionBackend(AttentionBackend):
         """Attention of the step's new tokens over their sequences' cache: `[T, H, D]`.
 
         q `[T, H, D]`, k and v `[T, Hkv, D]`, T = batch * num_new_tokens, rows sequence
-        by sequence (row b * n + t is token t of sequence b); `metadata` says the new
-        tokens sit at positions [start_pos, start_pos + num_new_tokens) of every sequence.
-        - Errors: ValueError if start_pos + num_new_tokens is past the cache's length.
+        by sequence (row b * n + t is token t of sequence b), all in the cache's dtype;
+        `metadata` says the new tokens sit at positions [start_pos, start_pos +
+        num_new_tokens) of every sequence.
+        - Errors: ValueError if the step ends past the cache's length; a step that ends
+          exactly at it is fine.
         - The cache: afterwards, `kv_cache[0, b, p]` and `kv_cache[1, b, p]` hold the key
           and value of sequence b's token at position p for every new position; no other
           entry of the cache changes.
-        - The output: a query at position p attends over its own sequence's keys and
-          values at positions 0..p (causal), with scale `self.scale` (None: 1/sqrt(D));
-          query head h reads KV head h // (H // Hkv), and the cache is not copied once
-          per query head.
+        - The output, in q's dtype: a query at position p attends over its own sequence's
+          keys and values at positions 0..p (causal), with scale `self.scale` (None:
+          1/sqrt(D)); the H / Hkv consecutive query heads of a group read one KV head
+          (Hugging Face's `repeat_kv` order), and the cache is not copied once per query
+          head.
+        - q, k and v hold exactly what they held before the call.
 
         Example: H = 4, Hkv = 2: query heads 0 and 1 read KV head 0, heads 2 and 3 read
-        KV head 1. A decode step (num_new_tokens 1) at start_pos 4 writes position 4 and
-        attends over positions 0..4.
+        KV head 1.
         """
         raise NotImplementedError("TODO: step 4")
 
@@ -174,8 +184,11 @@ class SiluAndMul(nn.Module):
     def forward(self, gate_up: torch.Tensor) -> torch.Tensor:
         """`[..., 2 * I]` (gate, then up, side by side) -> silu(gate) * up, `[..., I]`.
 
-        silu(g) = g * sigmoid(g). Example: [[0.0, 2.0, 5.0, 7.0]] (gate [0, 2], up
-        [5, 7]) -> [[0.0, 2 * sigmoid(2) * 7]] = [[0.0, 12.33]].
+        silu(g) = g * sigmoid(g). The result has gate_up's dtype, and gate_up holds
+        exactly what it held before the call.
+
+        Example: [[0.0, 2.0, 5.0, 7.0]] (gate [0, 2], up [5, 7]) -> [[0.0, 2 * sigmoid(2) * 7]]
+        = [[0.0, 12.33]].
         """
         raise NotImplementedError("TODO: step 5")
 

@@ -126,3 +126,136 @@ MUTANTS = [
         new="return gate * F.silu(up)",
     ),
 ]
+
+# Dtypes, and the caller's tensors: every test above ran in float32 and never looked at
+# the tensors it passed in.
+MUTANTS += [
+    Mutant(
+        name="RMSNorm returns float32",
+        mistake="Normalises in float32 and multiplies by the weight without casting back, so "
+        "a bfloat16 model's activations come back in float32.",
+        module=NORM,
+        old="(xf * torch.rsqrt(variance + eps)).to(x.dtype) * weight",
+        new="(xf * torch.rsqrt(variance + eps)) * weight",
+    ),
+    Mutant(
+        name="RMSNorm normalises its input in place",
+        mistake="Scales the float32 copy in place (xf.mul_), but x.float() of a float32 "
+        "tensor is that tensor: the caller's activations, which the decoder layer keeps as "
+        "its residual stream, are overwritten.",
+        module=NORM,
+        old="return (xf * torch.rsqrt(variance + eps)).to(x.dtype) * weight",
+        new="return xf.mul_(torch.rsqrt(variance + eps)).to(x.dtype) * weight",
+    ),
+    Mutant(
+        name="residual added in place",
+        mistake="Adds the residual with x += residual, writing the sum into the tensor the "
+        "caller passed as x.",
+        module=NORM,
+        old="x = x + residual",
+        new="x += residual",
+    ),
+    Mutant(
+        name="residual stream in float32",
+        mistake="Adds x and the residual in float32 for accuracy and returns that sum as the "
+        "new residual (and a float32 output), so float32 leaks into a bfloat16 model.",
+        module=NORM,
+        old="x = x + residual",
+        new="x = x.float() + residual.float()",
+    ),
+    Mutant(
+        name="RoPE frequencies in float64",
+        mistake="Computes the inverse frequencies in float64 (Python floats or .double()), "
+        "so the angles are not the float32 ones the model was trained with.",
+        module=ROPE,
+        old="inv_freq = 1.0 / (base**exponents)",
+        new="inv_freq = 1.0 / (base**exponents.double())",
+    ),
+    Mutant(
+        name="RoPE table rows not cast to the heads' dtype",
+        mistake="Multiplies bfloat16 heads by the float32 cos/sin rows, so the rotated q and "
+        "k come back in float32 beside a bfloat16 v.",
+        module=ROPE,
+        old=".to(query.dtype).unbind(1)",
+        new=".unbind(1)",
+    ),
+    Mutant(
+        name="RoPE positions rounded to the activations' dtype",
+        mistake="Turns the positions into the activations' dtype before using them (as in "
+        "positions.to(q.dtype) * inv_freq), so a bfloat16 model rotates position 1001 as "
+        "position 1000.",
+        module=ROPE,
+        old="self.cos_sin_cache.index_select(0, positions)",
+        new="self.cos_sin_cache.index_select(0, positions.to(query.dtype).long())",
+    ),
+    Mutant(
+        name="RoPE rotates in place",
+        mistake="Writes the rotated heads back into the query and key it was given, as "
+        "vLLM's CUDA kernel does, although the layer promises new tensors.",
+        module=ROPE,
+        old="return rotated.view(num_tokens, -1).split([query.shape[-1], key.shape[-1]], dim=1)",
+        new="q_out, k_out = rotated.view(num_tokens, -1).split("
+        "[query.shape[-1], key.shape[-1]], dim=1)\n"
+        "        return query.copy_(q_out), key.copy_(k_out)",
+    ),
+    Mutant(
+        name="a step that fills the cache exactly is refused",
+        mistake="Checks the cache's length with >=, so a step ending exactly at the last "
+        "position (a prompt as long as the cache, or its last decode) is refused.",
+        module=ATTENTION,
+        old="if end > kv_cache.shape[2]:",
+        new="if end >= kv_cache.shape[2]:",
+    ),
+    Mutant(
+        name="decode ignores the given scale",
+        mistake="Lets the attention call use its default 1/sqrt(D) in decode instead of the "
+        "scale the backend was built with.",
+        module=ATTENTION,
+        old="out = F.scaled_dot_product_attention(queries, keys, values, scale=self.scale)",
+        new="out = F.scaled_dot_product_attention(queries, keys, values)",
+    ),
+    Mutant(
+        name="prefill ignores the given scale",
+        mistake="Lets the attention call use its default 1/sqrt(D) in prefill instead of the "
+        "scale the backend was built with.",
+        module=ATTENTION,
+        old="queries, keys, values, attn_mask=mask, scale=self.scale",
+        new="queries, keys, values, attn_mask=mask",
+    ),
+    Mutant(
+        name="queries scaled in place",
+        mistake="Scales the queries in place (q *= scale) before an unscaled attention, "
+        "writing into the q the caller passed.",
+        module=ATTENTION,
+        old="queries = q.view(batch, num_kv_heads, group, head_dim)\n"
+        "            out = F.scaled_dot_product_attention(queries, keys, values, scale=self.scale)",
+        new="queries = q.mul_(self.scale or head_dim**-0.5)"
+        ".view(batch, num_kv_heads, group, head_dim)\n"
+        "            out = F.scaled_dot_product_attention(queries, keys, values, scale=1.0)",
+    ),
+    Mutant(
+        name="decode attention in float32",
+        mistake="Runs the attention in float32 for accuracy and forgets to cast the result "
+        "back, so a bfloat16 decode step returns float32.",
+        module=ATTENTION,
+        old="out = F.scaled_dot_product_attention(queries, keys, values, scale=self.scale)",
+        new="out = F.scaled_dot_product_attention("
+        "queries.float(), keys.float(), values.float(), scale=self.scale)",
+    ),
+    Mutant(
+        name="SiLU in place",
+        mistake="Uses F.silu(gate, inplace=True) to save memory: gate is a view of the "
+        "caller's gate_up, which is overwritten.",
+        module=ACTIVATION,
+        old="return F.silu(gate) * up",
+        new="return F.silu(gate, inplace=True) * up",
+    ),
+    Mutant(
+        name="SiLU in float32",
+        mistake="Takes the SiLU in float32 for accuracy and never casts back, so a bfloat16 "
+        "MLP hands float32 to down_proj.",
+        module=ACTIVATION,
+        old="return F.silu(gate) * up",
+        new="return F.silu(gate.float()) * up",
+    ),
+]
