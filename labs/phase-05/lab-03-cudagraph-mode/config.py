@@ -3,7 +3,8 @@
 Mirrors vLLM's `CUDAGraphMode` (vllm/config/compilation.py) and the mode check of
 `GPUModelRunner._check_and_update_cudagraph_mode` (vllm/v1/worker/gpu_model_runner.py).
 The member values, the name parser and `AttentionCGSupport` are given; write the
-methods marked TODO and `resolve_cudagraph_mode`.
+methods marked TODO and `resolve_cudagraph_mode`. Each TODO's docstring says what must
+hold, with a worked example; it does not say how.
 
 Run: pytest labs/phase-05/lab-03-cudagraph-mode -m step1   (then -m step2)
 """
@@ -127,10 +128,8 @@ def resolve_cudagraph_mode(
     Errors (ValueError): FULL for mixed batches (after the split rule above) asked of a
     NEVER backend; q < 1.
 
-    Examples: (FULL, UNIFORM_BATCH, split, q=1) -> FULL_AND_PIECEWISE;
-    (FULL, UNIFORM_SINGLE_TOKEN_DECODE, not split, q=1) -> FULL_DECODE_ONLY;
-    (FULL_AND_PIECEWISE, NEVER, split, q=1) -> PIECEWISE;
-    (FULL_AND_PIECEWISE, UNIFORM_SINGLE_TOKEN_DECODE, split, q=2) -> PIECEWISE;
-    (FULL, NEVER, split, q=1) -> ValueError.
+    Example: (FULL, UNIFORM_BATCH, split, q=1) -> FULL_AND_PIECEWISE (mixed batches lose
+    FULL, which needs ALWAYS; uniform decode keeps it; attention is split, so mixed
+    batches get PIECEWISE).
     """
     raise NotImplementedError("TODO: step 2")

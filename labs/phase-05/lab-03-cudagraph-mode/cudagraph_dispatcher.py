@@ -66,21 +66,21 @@ class CudagraphDispatcher:
     ) -> tuple[CUDAGraphMode, BatchDescriptor]:
         """Step 4: the (runtime mode, key) a batch of `num_tokens` tokens runs under.
 
-        The runtime mode is NONE, PIECEWISE or FULL, never a pair. The batch is padded to
-        its rung, the smallest capture size >= num_tokens. Its exact key is
-        BatchDescriptor(rung, rung // q, uniform=True) for a uniform-decode batch and
-        BatchDescriptor(rung) for a mixed one; its relaxed key is BatchDescriptor(rung).
-        - A graph is used only if its key is in self.keys under that mode.
-        - FULL is preferred to PIECEWISE, and under FULL the exact key to the relaxed one.
+        The runtime mode is NONE, PIECEWISE or FULL, never a pair. The batch's own
+        descriptor is BatchDescriptor(num_tokens, num_tokens // q, uniform=True) for a
+        uniform-decode batch and BatchDescriptor(num_tokens) for a mixed one. Its rung is
+        the smallest capture size >= num_tokens; its padded descriptor is its own with the
+        rung in place of num_tokens (and rung // q requests when uniform); its relaxed key
+        is BatchDescriptor(rung).
+        - A graph is used only if its key is in self.keys under that mode, and a graph runs
+          whenever one can: NONE only when no key serves the batch (mode NONE, no keys, a
+          batch above the largest capture size, or no key found).
+        - FULL is preferred to PIECEWISE, and under FULL the padded key to the relaxed one.
         - disable_full=True: never FULL (this batch's attention cannot run in a full graph).
-        - No usable graph (mode NONE, no keys, a batch above the largest capture size, or
-          no key found): (NONE, the unpadded descriptor), which carries num_tokens itself
-          and, for a uniform batch, num_tokens // q requests and uniform=True.
+        - Under NONE the key is one of the two descriptors, the batch's own or its padded
+          one: which one is step 4's decision (README).
 
-        Examples with FULL_AND_PIECEWISE on [1, 2, 4, 8, 16, 24, 32, 40], max_num_seqs 64:
-        dispatch(33, True) -> (FULL, BD(40, 40, True));
-        dispatch(33, False) -> (PIECEWISE, BD(40));
-        dispatch(41, True) -> (NONE, BD(41, 41, True)).
-        With FULL_DECODE_ONLY: dispatch(33, False) -> (NONE, BD(33)).
+        Example with FULL_AND_PIECEWISE on [1, 2, 4, 8, 16, 24, 32, 40], max_num_seqs 64:
+        dispatch(33, True) -> (FULL, BD(40, 40, True)).
         """
         raise NotImplementedError("TODO: step 4")

@@ -45,21 +45,22 @@ class ITLRow:
 def time_decode_steps(engine, steps: int = 20, warmup: int = 3) -> list[float]:
     """Seconds of each of `steps` calls of `engine.step()`, after `warmup` untimed calls.
 
-    Contract:
-    - `engine.step()` is called exactly `warmup + steps` times; the first `warmup` calls
-      are not timed (the first steps of a fresh engine pay one-off costs: allocator
-      growth, lazy initialisation, the first token);
-    - entry i of the result is the wall time of timed step i alone, from the moment the
-      device has nothing left to do from earlier steps to the moment it has finished
-      step i's work (a GPU runs asynchronously: `engine.step()` may return while its
-      kernels still run). The device is `engine.runner.device`; waiting for a CUDA
-      device is `torch.cuda.synchronize(device)`, and on a CPU there is nothing to wait
-      for (do not call into CUDA then);
+    Guarantees:
+    - `engine.step()` is called exactly `warmup + steps` times, and only the last `steps`
+      calls are timed (a fresh engine's first steps pay one-off costs: allocator growth,
+      lazy initialisation, the first token);
+    - entry i is the wall time of timed step i, in seconds, and the clock of step i stops
+      only once the device has done all of step i's work (`engine.step()` may return
+      while its kernels still run on a GPU);
+    - the device is the engine's own, `engine.runner.device`: a CUDA device is waited for
+      with `torch.cuda.synchronize(device)`; an engine on the CPU is never waited for, and
+      the timer then makes no call into CUDA;
     - the clock is `time.perf_counter()` (the tests replace it with a simulated one).
+    Where the clock of a timed step starts is yours to decide (the README's step 1).
 
-    Example, on a simulated GPU where each step takes 1 ms of CPU time to launch and
-    then 4 ms of GPU work: warmup=1, steps=2 gives [0.005, 0.005] (not [0.001, 0.001]:
-    that is the launch time alone, the very part CUDA graphs remove).
+    Example, on a simulated GPU where each step takes 1 ms of CPU time to launch and then
+    4 ms of GPU work: warmup=0, steps=2 gives [0.005, 0.005] (not [0.001, 0.001]: that is
+    the launch time alone, the very part CUDA graphs remove).
     """
     raise NotImplementedError("TODO: one time per timed step, GPU work included")
 
@@ -79,11 +80,11 @@ def saving_ms(rows: Iterable[ITLRow]) -> dict[int, float]:
 
 
 def crossover_batch(rows: Iterable[ITLRow], threshold: float = 1.05) -> int | None:
-    """The smallest measured batch size whose speed-up is below `threshold` (strictly),
-    or None if there is none. The rows may come in any order.
+    """The smallest measured batch size whose speed-up, as `speedups` gives it, is below
+    `threshold` (strictly), or None if there is none. The rows may come in any order, and
+    as any iterable.
 
-    Example: speed-ups {1: 6.0, 8: 4.3, 32: 2.0, 64: 1.03}: threshold 1.05 gives 64,
-    threshold 2.5 gives 32, threshold 2.0 gives 64 (2.0 is not below 2.0), 1.01 gives None.
+    Example: speed-ups {1: 6.0, 8: 4.3, 32: 2.0, 64: 1.03} and threshold 2.5 give 32.
     """
     raise NotImplementedError("TODO")
 

@@ -4,6 +4,9 @@ Mirrors vLLM's default ladder (`VllmConfig._set_cudagraph_sizes` in vllm/config/
 the rung lookup its dispatcher pads with (vllm/v1/cudagraph_dispatcher.py), and the
 accounting that says whether a ladder is a good one for a workload.
 
+Each TODO's docstring says what the function must guarantee, with one worked example; it
+does not say how. `_as_histogram` and the two report dataclasses are given.
+
 Run: pytest labs/phase-05/lab-05-capture-sizes -m step1   (then step2 ... step5)
 """
 
@@ -17,16 +20,17 @@ from dataclasses import dataclass
 def default_capture_sizes(
     max_num_seqs: int, max_num_batched_tokens: int, enforce_eager: bool = False
 ) -> list[int]:
-    """Step 1: vLLM's default ladder, in ascending order.
+    """Step 1: vLLM's default ladder of capture sizes.
 
-    Let largest = min(2 * max_num_seqs, 512, max_num_batched_tokens). The ladder holds
-    exactly the sizes <= largest among: 1, 2 and 4; the multiples of 8 below 256; the
-    multiples of 16 from 256 on. With enforce_eager there are no graphs: [].
-    Errors: max_num_seqs < 1 or max_num_batched_tokens < 1 -> ValueError.
+    The result:
+    - is ascending, holds each size once, and holds no size above
+      largest = min(2 * max_num_seqs, 512, max_num_batched_tokens);
+    - holds, of the sizes up to largest, exactly these: 1, 2 and 4; every multiple of 8
+      below 256; every multiple of 16 from 256 on;
+    - is [] with enforce_eager (no graphs at all).
+    Errors (ValueError): max_num_seqs < 1 or max_num_batched_tokens < 1.
 
-    Examples: (max_num_seqs=8, max_num_batched_tokens=8192) -> [1, 2, 4, 8, 16];
-    (max_num_seqs=256, max_num_batched_tokens=8192) -> 51 sizes,
-    [1, 2, 4, 8, 16, ..., 240, 248, 256, 272, ..., 496, 512].
+    Example: (max_num_seqs=8, max_num_batched_tokens=8192) -> [1, 2, 4, 8, 16].
     """
     raise NotImplementedError("TODO: step 1")
 
@@ -35,6 +39,8 @@ def normalize_capture_sizes(sizes: Iterable[int], max_num_batched_tokens: int) -
     """Step 2: a user's ladder as vLLM keeps it: each size once, only sizes <=
     max_num_batched_tokens (a batch never holds more tokens than that), ascending.
 
+    `sizes` may be any iterable, a generator included; a list the caller passed is left
+    as it was.
     Errors (ValueError): an empty `sizes`; a size that is not a positive int (a bool
     is not a size); every size above the token budget (nothing would be captured).
 
@@ -46,11 +52,10 @@ def normalize_capture_sizes(sizes: Iterable[int], max_num_batched_tokens: int) -
 def padded_size(num_tokens: int, capture_sizes: list[int]) -> int | None:
     """Step 3: the rung a batch of `num_tokens` runs on: the smallest size in
     `capture_sizes` (ascending) that is >= num_tokens, or None when the batch is larger
-    than every size (it runs eagerly, without a graph).
+    than every size (it runs eagerly, without a graph; an empty ladder has no rung).
     Errors: num_tokens < 1 -> ValueError.
 
-    Examples on the default ladder of max_num_seqs=256: 33 -> 40; 32 -> 32; 257 -> 272;
-    513 -> None. On []: None.
+    Example on the default ladder of max_num_seqs=256: 33 -> 40.
     """
     raise NotImplementedError("TODO: step 3")
 
@@ -89,13 +94,15 @@ def padding_waste(
     """Step 4: what `capture_sizes` does to a trace of batch sizes, one batch a step.
 
     `batch_sizes` is a list of sizes (one per step) or {size: number of steps}; both
-    describe the same trace and give the same report. Every step counts its tokens in
-    real_tokens. A step that fits the ladder is a graph step and adds (rung - size)
-    padding tokens; a step above the ladder is an eager step and adds no padding.
+    describe the same trace and give the same report.
+    - A step that fits the ladder is a graph step: its tokens are real tokens, and it
+      adds (rung - size) padding tokens.
+    - A step above the ladder is an eager step: it replays no graph and adds no padding.
+      Whether its tokens count in real_tokens is step 4's decision (README).
 
-    Example on the default ladder of max_num_seqs=256: [33, 40, 3, 600] ->
-    PaddingReport(real_tokens=676, padding_tokens=8, graph_steps=3, eager_steps=1)
-    (33 pads to 40, 3 to 4, 600 runs eagerly).
+    Example on the default ladder of max_num_seqs=256: [33, 40, 3] ->
+    PaddingReport(real_tokens=76, padding_tokens=8, graph_steps=3, eager_steps=0)
+    (33 pads to 40, 40 is a rung, 3 pads to 4).
     """
     raise NotImplementedError("TODO: step 4")
 
@@ -120,7 +127,7 @@ def ladder_cost(
     graphs cost at start-up. The engine captures one graph per size of the ladder,
     whether or not the trace ever uses it; each costs `capture_seconds_per_graph` of
     start-up time and `memory_mib_per_graph` of graph memory.
-    Errors: a negative per-graph cost -> ValueError.
+    Errors: a negative per-graph cost -> ValueError (a cost of zero is allowed).
 
     Example: ({3: 10}, [1, 2, 4, 8], 0.5, 20.0) ->
     LadderCost(num_graphs=4, padding=PaddingReport(30, 10, 10, 0),

@@ -81,7 +81,8 @@ def _histogram(trace: Mapping[int, int] | Iterable[int]) -> Counter:
 def evaluate_ladder(trace: Mapping[int, int] | Iterable[int], ladder: Iterable[int]) -> LadderScore:
     """What `ladder` does to `trace` (a list of batch sizes, or {size: steps}).
 
-    Guarantees, for the ladder given in any order and maybe with duplicates:
+    Guarantees, for the ladder given in any order and maybe with duplicates, as any
+    iterable (the caller's list is left as it was):
     - `ladder` of the result: the distinct rungs, ascending, as a tuple;
     - a step runs on the smallest rung >= its size (Phase 05's `padded_size`): it is a
       graph step and adds rung - size padding tokens; a step above the top rung runs
@@ -111,8 +112,9 @@ def score_with_engine(
     descriptor's token count) are what the engine's `CudagraphDispatcher`, built for
     `cudagraph_mode`, the ladder's distinct rungs ascending and `max_num_seqs`,
     answers for a uniform decode of that size. The rungs are never looked up here: the
-    dispatcher decides. max_num_seqs None means the largest of the trace and the rungs,
-    so every rung can hold a FULL graph.
+    dispatcher decides. Neither `trace`, `ladder` nor anything else the caller passed is
+    changed, and each may be any iterable. Which max_num_seqs to build the dispatcher
+    with when the caller gives None is yours to decide (the README's step 3).
 
     Example: trace [3, 8, 9, 20], ladder [4, 8, 16], max_num_seqs 16 -> padded sizes
     [4, 8, 16, 20], modes ["FULL", "FULL", "FULL", "NONE"].
@@ -134,7 +136,8 @@ def choose_ladder(
     - every rung is a batch size the trace holds;
     - the top rung is the smallest size of the trace whose steps at or below it are at
       least `min_hit_rate` of all steps (reaching the threshold exactly counts);
-    - among ladders with the least padding, one with the fewest rungs.
+    - among ladders with the least padding, one with the fewest rungs;
+    - the hit rate is met in whole steps: 7 steps of 100 reach a min_hit_rate of 0.07.
     Errors (ValueError): max_graphs < 1; min_hit_rate outside [0, 1]; an empty trace;
     a top rung above `max_capture_size` (the message names the hit rate asked for and
     the share of steps that is reachable; a top rung equal to the bound is fine).

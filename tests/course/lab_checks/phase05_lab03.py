@@ -169,3 +169,108 @@ MUTANTS = [
         "        return y",
     ),
 ]
+
+MUTANTS += [
+    Mutant(
+        name="piecewise compilation only for PIECEWISE",
+        mistake="requires_piecewise_compilation() is true for PIECEWISE alone, so "
+        "FULL_AND_PIECEWISE, vLLM's default, would run its mixed batches without pieces",
+        module=MODES,
+        old="return self.has_mode(CUDAGraphMode.PIECEWISE)",
+        new="return self is CUDAGraphMode.PIECEWISE",
+    ),
+    Mutant(
+        name="NONE not a runtime mode",
+        mistake="valid_runtime_modes() leaves NONE out as 'not a graph mode', though an eager "
+        "forward runs under the runtime mode NONE",
+        module=MODES,
+        old="return self in (CUDAGraphMode.NONE, CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL)",
+        new="return self in (CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL)",
+    ),
+    Mutant(
+        name="a backend exactly at UNIFORM_BATCH refused",
+        mistake="with speculative decoding, uniform decode keeps FULL only on a backend above "
+        "UNIFORM_BATCH (<= instead of <), so a backend that meets the need exactly loses it",
+        module=MODES,
+        old="and attn_support < AttentionCGSupport.UNIFORM_BATCH",
+        new="and attn_support <= AttentionCGSupport.UNIFORM_BATCH",
+    ),
+    Mutant(
+        name="FULL_AND_PIECEWISE keeps its pieces without a split",
+        mistake="without the split only a request for PIECEWISE is changed; FULL_AND_PIECEWISE "
+        "keeps a PIECEWISE half that has no pieces to capture",
+        module=MODES,
+        old="        elif mode is CUDAGraphMode.FULL_AND_PIECEWISE:\n"
+        "            mode = CUDAGraphMode.FULL\n",
+        new="",
+    ),
+    Mutant(
+        name="FULL alone gets uniform keys",
+        mistake="uniform FULL keys are built whenever decode runs FULL, for FULL alone too, "
+        "which serves decode through its relaxed keys and routes nothing apart",
+        module=DISPATCHER,
+        old="if self.mode.decode_mode() is CUDAGraphMode.FULL and self.mode.separate_routine():",
+        new="if self.mode.decode_mode() is CUDAGraphMode.FULL:",
+    ),
+    Mutant(
+        name="uniform keys count tokens as requests",
+        mistake="a uniform key's request count is its token count, wrong as soon as a "
+        "request computes several tokens (speculative decoding)",
+        module=DISPATCHER,
+        old="BatchDescriptor(size, size // q, uniform=True)",
+        new="BatchDescriptor(size, size, uniform=True)",
+    ),
+    Mutant(
+        name="the top rung runs eagerly",
+        mistake="dispatch sends a batch of exactly the largest capture size to NONE (>= "
+        "instead of >), so the largest graph is captured and never replayed",
+        module=DISPATCHER,
+        old="num_tokens > self.max_capture_size",
+        new="num_tokens >= self.max_capture_size",
+    ),
+    Mutant(
+        name="the padded key keeps the batch's request count",
+        mistake="a uniform batch is padded to its rung's token count but keeps its own "
+        "request count, so its key BD(40, 33, True) matches no graph",
+        module=DISPATCHER,
+        old="exact = BatchDescriptor(rung, rung // q if uniform_decode else None, "
+        "uniform=uniform_decode)",
+        new="exact = BatchDescriptor(rung, num_tokens // q if uniform_decode else None, "
+        "uniform=uniform_decode)",
+    ),
+    Mutant(
+        name="uniform batch kept off the piecewise graphs",
+        mistake="under FULL_AND_PIECEWISE a uniform batch only looks for a FULL key, so one "
+        "past the uniform keys (more requests than max_num_seqs graphs cover) runs eagerly "
+        "though a PIECEWISE graph of its size exists",
+        module=DISPATCHER,
+        old="        if relaxed in self.keys[CUDAGraphMode.PIECEWISE]:\n",
+        new="        if relaxed in self.keys[CUDAGraphMode.PIECEWISE] and (\n"
+        "            disable_full or not (uniform_decode and self.mode.separate_routine())\n"
+        "        ):\n",
+    ),
+    Mutant(
+        name="split on capturable, not on the predicate",
+        mistake="split_ops cuts at the ops that are not capturable and ignores the "
+        "is_splitting_op it was given",
+        module=SIMULATOR,
+        old="        if is_splitting_op(op):",
+        new="        if not op.capturable:",
+    ),
+    Mutant(
+        name="every piece checks the model's dtype",
+        mistake="each piece's runner is built with the model's dtype, so a piece whose input "
+        "another piece cast (float16 after a float32 one) is refused",
+        module=SIMULATOR,
+        old="piece.ops, self.device, dtype=None, fallback_to_eager=fallback_to_eager",
+        new="piece.ops, self.device, dtype=self.dtype, fallback_to_eager=fallback_to_eager",
+    ),
+    Mutant(
+        name="the model's input unchecked",
+        mistake="the piecewise runner leaves every check to the pieces, whose runners accept "
+        "any dtype, so a float64 input is run instead of refused",
+        module=SIMULATOR,
+        old="        _check_array(x, self.dtype)\n        for piece, runner",
+        new="        for piece, runner",
+    ),
+]

@@ -1,6 +1,7 @@
 """Phase 05, lab 04 (graphs vs eager on a real model): its steps and the mistakes its
-CPU-OK tests catch (the lab is GPU-REQ, so the suite does not run these; see the lab's
-tests for the simulated GPU that makes the timer checkable on a CPU)."""
+CPU-OK tests catch (the lab is GPU-REQ, so the suite does not run these: run them by hand,
+see the instructors' page; the lab's tests/lab04_scenarios.py holds the simulated GPU that
+makes the timer checkable on a CPU)."""
 
 import pathlib
 import sys
@@ -97,5 +98,57 @@ MUTANTS = [
         module=MODULE,
         old="if row.eager_ms / row.graph_ms < threshold:",
         new="if row.eager_ms / row.graph_ms <= threshold:",
+    ),
+    Mutant(
+        name="the current GPU, not the engine's",
+        mistake="Waits for the current CUDA device (torch.cuda.synchronize() with no "
+        "argument, or 'cuda') instead of the engine's own, so an engine on cuda:1 is timed "
+        "while its kernels still run.",
+        module=MODULE,
+        old="    device = engine.runner.device\n",
+        new="    device = torch.device(engine.runner.device.type)\n",
+    ),
+    Mutant(
+        name="the machine's GPU, not the engine's device",
+        mistake="Decides whether to wait from torch.cuda.is_available() instead of the "
+        "engine's device, so an engine on the CPU is synchronised (a call into CUDA) on any "
+        "machine that has a GPU.",
+        module=MODULE,
+        old="    device = engine.runner.device\n",
+        new='    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n',
+    ),
+    Mutant(
+        name="time.time clock",
+        mistake="Starts the clock with time.time() and stops it with time.perf_counter() "
+        "(or mixes clocks otherwise), so the difference means nothing.",
+        module=MODULE,
+        old="        synchronize(device)\n        start = time.perf_counter()\n",
+        new="        synchronize(device)\n        start = time.time()\n",
+    ),
+    Mutant(
+        name="milliseconds",
+        mistake="Returns each step's time in milliseconds, though the contract (and "
+        "measure_itl, which multiplies by 1000) wants seconds.",
+        module=MODULE,
+        old="        times.append(time.perf_counter() - start)",
+        new="        times.append((time.perf_counter() - start) * 1000)",
+    ),
+    Mutant(
+        name="crossover by multiplying",
+        mistake="Compares eager_ms < threshold * graph_ms instead of the speed-up itself, so "
+        "a speed-up exactly at the threshold (3.15 / 3.0 = 1.05) counts as below it: "
+        "1.05 * 3.0 rounds up in floating point.",
+        module=MODULE,
+        old="if row.eager_ms / row.graph_ms < threshold:",
+        new="if row.eager_ms < threshold * row.graph_ms:",
+    ),
+    Mutant(
+        name="speed-ups walk the rows twice",
+        mistake="Reads the rows twice (the batch sizes, then the ratios), so rows given as "
+        "a generator give an empty table.",
+        module=MODULE,
+        old="    return {row.batch: row.eager_ms / row.graph_ms for row in rows}",
+        new="    batches = [row.batch for row in rows]\n"
+        "    return dict(zip(batches, [row.eager_ms / row.graph_ms for row in rows]))",
     ),
 ]

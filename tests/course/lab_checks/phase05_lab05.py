@@ -107,3 +107,63 @@ MUTANTS = [
         new="n = len({padded_size(b, capture_sizes) for b in _as_histogram(batch_sizes)} - {None})",
     ),
 ]
+
+MUTANTS += [
+    Mutant(
+        name="the top rung runs eagerly",
+        mistake="padded_size checks 'above the ladder' with >= the largest rung, so a batch of "
+        "exactly the largest capture size runs eagerly instead of replaying its graph",
+        module=SIZES,
+        old="index = bisect.bisect_left(capture_sizes, num_tokens)",
+        new="if capture_sizes and num_tokens >= capture_sizes[-1]:\n        return None\n"
+        "    index = bisect.bisect_left(capture_sizes, num_tokens)",
+    ),
+    Mutant(
+        name="the caller's list sorted in place",
+        mistake="normalize_capture_sizes sorts the list it was given (sizes.sort()), so the "
+        "caller's own list comes back reordered",
+        module=SIZES,
+        old="    sizes = list(sizes)\n",
+        new="    sizes = sizes if isinstance(sizes, list) else list(sizes)\n    sizes.sort()\n",
+    ),
+    Mutant(
+        name="an iterator read twice",
+        mistake="normalize_capture_sizes validates the sizes and then filters them, reading an "
+        "iterator twice: the second pass finds it empty",
+        module=SIZES,
+        old="    sizes = list(sizes)\n",
+        new="",
+    ),
+    Mutant(
+        name="a free graph refused",
+        mistake="ladder_cost refuses a per-graph cost of zero (<= 0 instead of < 0), though a "
+        "cost left out of the comparison is zero",
+        module=SIZES,
+        old="if capture_seconds_per_graph < 0 or memory_mib_per_graph < 0:",
+        new="if capture_seconds_per_graph <= 0 or memory_mib_per_graph <= 0:",
+    ),
+    Mutant(
+        name="the largest size always a rung",
+        mistake="the default ladder ends on min(2 * max_num_seqs, 512, budget) even when that "
+        "size is off the grid of 8s and 16s (260 for max_num_seqs=130)",
+        module=SIZES,
+        old="    sizes += list(range(256, largest + 1, 16))\n",
+        new="    sizes += list(range(256, largest + 1, 16))\n"
+        "    sizes += [] if largest in sizes else [largest]\n",
+    ),
+    Mutant(
+        name="distinct sizes counted as steps",
+        mistake="graph_steps counts each distinct batch size once, not the steps that had it",
+        module=SIZES,
+        old="hits += count",
+        new="hits += 1",
+    ),
+    Mutant(
+        name="the small sizes stop below the largest",
+        mistake="the sizes 1, 2 and 4 are kept only below the largest size (< instead of <=), "
+        "so a ladder whose largest size is 4 loses it",
+        module=SIZES,
+        old="sizes = [s for s in (1, 2, 4) if s <= largest]",
+        new="sizes = [s for s in (1, 2, 4) if s < largest]",
+    ),
+]

@@ -157,6 +157,51 @@ MUTANTS = [
     ),
 ]
 
+MUTANTS += [
+    Mutant(
+        name="the caller's ladder sorted in place",
+        mistake="the ladder is sorted in the caller's own list (ladder.sort()) instead of "
+        "a copy, so scoring a ladder reorders the list the caller keeps",
+        module=MODULE,
+        old="    rungs = list(ladder)\n",
+        new="    rungs = ladder if isinstance(ladder, list) else list(ladder)\n    rungs.sort()\n",
+    ),
+    Mutant(
+        name="ladder read twice",
+        mistake="the ladder is walked once to check the rungs and again to sort them, so a "
+        "ladder given as a generator comes out empty",
+        module=MODULE,
+        old="    rungs = list(ladder)\n",
+        new="    rungs = ladder\n",
+    ),
+    Mutant(
+        name="padded by the rung lookup, not the dispatcher",
+        mistake="the engine's step records take the padded size from the rung lookup "
+        "instead of the dispatcher's descriptor, so a step the dispatcher runs eagerly "
+        "(graphs off, or above max_num_seqs under FULL_DECODE_ONLY) is recorded as padded",
+        module=MODULE,
+        old="num_padded_tokens=descriptor.num_tokens,",
+        new="num_padded_tokens=next((r for r in rungs if r >= size), size),",
+    ),
+    Mutant(
+        name="hit-rate target compared in floats",
+        mistake="the steps so far are compared with min_hit_rate * total steps in floating "
+        "point, so a target met exactly (7 steps of 100 at 0.07, where 0.07 * 100 is "
+        "7.000000000000001) is missed and the top rung lands one size too high",
+        module=MODULE,
+        old="if covered >= min_hit_rate * total - 1e-9:",
+        new="if covered >= min_hit_rate * total:",
+    ),
+    Mutant(
+        name="a hit rate of 0 refused",
+        mistake="min_hit_rate is checked as 0 < rate <= 1, so the lower end of the range, "
+        "which the docstring allows, is an error",
+        module=MODULE,
+        old="if not 0.0 <= min_hit_rate <= 1.0:",
+        new="if not 0.0 < min_hit_rate <= 1.0:",
+    ),
+]
+
 STEPS = {
     1: [f"{MODULE}:trace_from_stats"],
     2: [f"{MODULE}:evaluate_ladder"],

@@ -2,13 +2,47 @@
 
 import pytest
 
+import mini_vllm.config.compilation as reference
 from labkit import implementation
+from labpredict import check_predictions
 
 impl = implementation(__file__, starter="config.py", reference="mini_vllm.config.compilation")
+answers = implementation(
+    __file__, starter="predictions.py", reference="tests.course.lab_checks.phase05_lab03_answers"
+)
 M = impl.CUDAGraphMode
 S = impl.AttentionCGSupport
 
 pytestmark = pytest.mark.step2
+
+
+def step2_scenario(modes):
+    """The README's step 2 questions on `modes` (a module with the enums and
+    resolve_cudagraph_mode): the names of the modes that run."""
+    m, s = modes.CUDAGraphMode, modes.AttentionCGSupport
+    resolve = modes.resolve_cudagraph_mode
+    return (
+        resolve(m.FULL_AND_PIECEWISE, s.UNIFORM_SINGLE_TOKEN_DECODE, True, 3).name,
+        resolve(m.FULL_AND_PIECEWISE, s.UNIFORM_BATCH, True, 3).name,
+        resolve(m.FULL_AND_PIECEWISE, s.UNIFORM_BATCH, False, 1).name,
+    )
+
+
+def test_your_step2_predictions_match_what_the_reference_computes():
+    single_token, uniform_batch, no_split = step2_scenario(reference)
+    check_predictions(
+        answers,
+        {
+            "S2_SPEC_DECODE_SINGLE_TOKEN_BACKEND": single_token,
+            "S2_SPEC_DECODE_UNIFORM_BATCH_BACKEND": uniform_batch,
+            "S2_NO_SPLIT_UNIFORM_BATCH_BACKEND": no_split,
+        },
+    )
+
+
+def test_the_readme_step2_scenario_runs_the_same_on_your_code():
+    assert step2_scenario(impl) == step2_scenario(reference)
+
 
 # (requested mode, attention support, attention split?, query len) -> resolved mode
 DOWNGRADES = [
@@ -43,6 +77,23 @@ DOWNGRADES = [
 @pytest.mark.parametrize("requested, support, split, q, expected", DOWNGRADES)
 def test_downgrade_table(requested, support, split, q, expected):
     assert impl.resolve_cudagraph_mode(M[requested], S[support], split, q) is M[expected]
+
+
+@pytest.mark.parametrize("q", [1, 2, 3, 8])
+def test_downgrade_a_backend_exactly_at_the_support_decode_needs_keeps_full_decode(q):
+    """The support a uniform decode batch needs: UNIFORM_SINGLE_TOKEN_DECODE for one token a
+    request, UNIFORM_BATCH for q > 1. A backend that meets the need exactly keeps FULL for
+    decode; one level below loses it."""
+    exactly = S.UNIFORM_SINGLE_TOKEN_DECODE if q == 1 else S.UNIFORM_BATCH
+    below = S(exactly - 1)
+    assert impl.resolve_cudagraph_mode(M.FULL_AND_PIECEWISE, exactly, True, q) is (
+        M.FULL_AND_PIECEWISE
+    ), f"{exactly.name} is enough for q = {q}"
+    assert impl.resolve_cudagraph_mode(M.FULL_DECODE_ONLY, exactly, False, q) is (
+        M.FULL_DECODE_ONLY
+    ), f"{exactly.name} is enough for q = {q}"
+    assert impl.resolve_cudagraph_mode(M.FULL_AND_PIECEWISE, below, True, q) is M.PIECEWISE
+    assert impl.resolve_cudagraph_mode(M.FULL_DECODE_ONLY, below, False, q) is M.NONE
 
 
 @pytest.mark.parametrize("split", [True, False])

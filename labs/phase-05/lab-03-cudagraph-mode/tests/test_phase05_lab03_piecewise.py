@@ -6,11 +6,32 @@ import re
 import numpy as np
 import pytest
 
+import mini_vllm.teaching.cudagraph as reference
 from labkit import implementation
+from labpredict import check_predictions
 
 impl = implementation(__file__, starter="piecewise.py", reference="mini_vllm.teaching.cudagraph")
+answers = implementation(
+    __file__, starter="predictions.py", reference="tests.course.lab_checks.phase05_lab03_answers"
+)
 
 HIDDEN = 16
+
+
+def step6_scenario(sim):
+    """The README's step 6 questions on `sim` (a module with PiecewiseGraphRunner): the
+    launches of an eager run, of a piecewise runner's first call with a batch size, and of
+    its second call with that size, on toy_model(hidden=16, num_layers=4, attention=True)."""
+    ops = sim.toy_model(hidden=HIDDEN, num_layers=4, attention=True)
+    device = sim.SimDevice()
+    sim.run_eager(ops, device, rand(4, seed=20))
+    eager = device.launches
+    device = sim.SimDevice()
+    runner = sim.PiecewiseGraphRunner(ops, device)
+    runner(rand(4, seed=21))
+    first = device.launches
+    runner(rand(4, seed=22))
+    return eager, first, device.launches - first
 
 
 def rand(batch, seed):
@@ -83,6 +104,24 @@ def test_piecewise_split_follows_a_custom_splitting_predicate():
 
 
 # --- step 6: the piecewise runner -------------------------------------------------------
+
+
+@pytest.mark.step6
+def test_your_step6_predictions_match_what_the_reference_computes():
+    eager, first, second = step6_scenario(reference)
+    check_predictions(
+        answers,
+        {
+            "S6_EAGER_LAUNCHES": eager,
+            "S6_FIRST_CALL_LAUNCHES": first,
+            "S6_SECOND_CALL_LAUNCHES": second,
+        },
+    )
+
+
+@pytest.mark.step6
+def test_the_readme_step6_scenario_runs_the_same_on_your_code():
+    assert step6_scenario(impl) == step6_scenario(reference)
 
 
 @pytest.mark.step6
@@ -162,6 +201,25 @@ def test_piecewise_rejects_a_non_array_or_a_wrong_dtype():
         runner([[0.0] * HIDDEN])
     with pytest.raises(ValueError, match="float32"):
         runner(rand(2, seed=3).astype(np.float64))
+
+
+@pytest.mark.step6
+def test_piecewise_a_later_piece_may_run_in_another_dtype_than_the_model_input():
+    # A float32 input cast to float16 by the first piece (an embedding in full precision,
+    # the layers in half): only the model's input is checked against the model's dtype.
+    ops = [
+        impl.Op("embed_to_half", lambda x: (x * 2.0).astype(np.float16)),
+        impl.Op("attention", lambda x: x + np.float16(1.0), capturable=False),
+        impl.Op("out_proj", lambda x: x * np.float16(0.5)),
+    ]
+    runner = impl.PiecewiseGraphRunner(ops, impl.SimDevice(), dtype=np.float32)
+    for seed in (12, 13):  # the capture, then a replay
+        x = rand(4, seed=seed)
+        out = runner(x)
+        assert out.dtype == np.float16, "the output keeps the dtype the model computes in"
+        np.testing.assert_allclose(out, expected(ops, x), rtol=1e-3)
+    with pytest.raises(ValueError, match="float32"):
+        runner(rand(4, seed=14).astype(np.float16))
 
 
 @pytest.mark.step6
