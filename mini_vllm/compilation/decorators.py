@@ -142,11 +142,13 @@ class TorchCompileWrapper:
         # One entry per compiled model in Dynamo's cache of this code object; tests and
         # benchmarks build many engines in one process.
         compat.raise_recompile_limit(64)
+        # ANCHOR: compile_attach
         self.compiled = torch.compile(
             model.forward, backend=self.backend, fullgraph=True, dynamic=False
         )
         use_attention_op(model)
         model.__dict__["_compile_wrapper"] = self  # the decorated __call__ routes here
+        # ANCHOR_END: compile_attach
 
     # ANCHOR: trace_once
     def _bytecode_hook(self, old_code, new_code) -> None:

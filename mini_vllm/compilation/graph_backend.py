@@ -59,6 +59,7 @@ class CUDAGraphBackend(GraphBackend):
     def __init__(self, device: torch.device) -> None:
         self.device = device
 
+    # ANCHOR: cuda_capture
     def capture(self, runnable, args, kwargs, pool):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool):
@@ -77,6 +78,8 @@ class CUDAGraphBackend(GraphBackend):
         with torch.cuda.stream(side):
             yield
         torch.cuda.current_stream(self.device).wait_stream(side)
+
+    # ANCHOR_END: cuda_capture
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.device)

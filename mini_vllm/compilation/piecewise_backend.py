@@ -82,6 +82,7 @@ class ModelPieces:
         self.split_items: list[SplitItem] = []
         self.wrappers: list[CUDAGraphWrapper] = []
 
+    # ANCHOR: pieces_install
     def install(
         self, split_module: torch.fx.GraphModule, name: str, runnable: Callable[..., Any]
     ) -> None:
@@ -101,6 +102,8 @@ class ModelPieces:
         # Bypass nn.Module.__setattr__: the split module's
         # generated forward calls the piece by name.
         split_module.__dict__[name] = runnable
+
+    # ANCHOR_END: pieces_install
 
 
 # ANCHOR_END: model_pieces
@@ -185,6 +188,7 @@ class PiecewiseCompileBackend:
         and traces the model emitting them (mini_vllm/layers/custom_op.py)."""
         return self.fusion
 
+    # ANCHOR: backend_call
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
         start = time.perf_counter()
         self.stats.dynamo_graphs += 1
@@ -219,6 +223,7 @@ class PiecewiseCompileBackend:
         fake_context, fake_inputs = compat.fake_tensor_context(example_inputs)
         with fake_context:
             _PieceCompiler(split, compile_piece).run(*fake_inputs)
+        # ANCHOR_END: backend_call
         self.stats.seconds += time.perf_counter() - start
         if not self.serializable:
             return split

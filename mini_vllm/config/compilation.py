@@ -41,6 +41,7 @@ class CUDAGraphMode(enum.Enum):
     (mode for uniform-decode batches, mode for mixed prefill/decode batches).
     """
 
+    # ANCHOR: cudagraph_mode_pairs
     NONE = 0
     PIECEWISE = 1
     FULL = 2
@@ -63,6 +64,8 @@ class CUDAGraphMode(enum.Enum):
         if self.separate_routine():
             return mode.value in self.value
         return self is mode
+
+    # ANCHOR_END: cudagraph_mode_pairs
 
     def requires_piecewise_compilation(self) -> bool:
         return self.has_mode(CUDAGraphMode.PIECEWISE)
@@ -132,6 +135,7 @@ def resolve_cudagraph_mode(
     if uniform_decode_query_len < 1:
         raise UserError(f"uniform_decode_query_len must be >= 1, got {uniform_decode_query_len}")
 
+    # ANCHOR: downgrade_rules
     # Piecewise graphs need split points; without them fall back to what remains.
     if not attention_is_split:
         if mode is CUDAGraphMode.PIECEWISE:
@@ -155,6 +159,7 @@ def resolve_cudagraph_mode(
     # 2. No full graphs at all for this backend.
     if mode.decode_mode() is CUDAGraphMode.FULL and attn_support is AttentionCGSupport.NEVER:
         mode = CUDAGraphMode.PIECEWISE if attention_is_split else CUDAGraphMode.NONE
+    # ANCHOR_END: downgrade_rules
 
     # 3. Uniform decode with several query tokens a request (speculative decoding).
     if (

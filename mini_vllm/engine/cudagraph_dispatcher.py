@@ -59,6 +59,7 @@ class CudagraphDispatcher:
             CUDAGraphMode.PIECEWISE: set(),
             CUDAGraphMode.FULL: set(),
         }
+        # ANCHOR: key_rules
         if self.mode is CUDAGraphMode.NONE:
             return
         # Mixed batches: one relaxed key (tokens only) per rung, under the mixed mode.
@@ -72,6 +73,7 @@ class CudagraphDispatcher:
                     self.keys[CUDAGraphMode.FULL].add(
                         BatchDescriptor(size, size // q, uniform=True)
                     )
+        # ANCHOR_END: key_rules
 
     # ANCHOR_END: init_keys
 

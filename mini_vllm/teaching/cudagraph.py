@@ -63,6 +63,7 @@ class CaptureError(RuntimeError):
 
 
 # ANCHOR: op
+# ANCHOR: op_class
 @dataclass(frozen=True)
 class Op:
     """One kernel: `fn` maps the input array to a new output array."""
@@ -74,6 +75,9 @@ class Op:
     syncs_host: bool = False  # reads a device value on the host, like `.item()`
     # copies host data to the device and waits, like `torch.tensor([1, 2], device="cuda")`
     copies_from_host: bool = False
+
+
+# ANCHOR_END: op_class
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,7 @@ class SimDevice:
         self.captures += 1
 
     # ANCHOR: launch
+    # ANCHOR: launch_eager
     def launch(self, op: Op, x: np.ndarray) -> np.ndarray:
         """Run `op` on `x` now, or, inside a capture, record it and return its static output."""
         graph = self._capturing
@@ -212,6 +217,7 @@ class SimDevice:
             if op.syncs_host or op.copies_from_host:  # a synchronous op: the CPU waits
                 self.host_us = self.gpu_busy_until_us
             return op.fn(x)
+        # ANCHOR_END: launch_eager
         if not op.capturable:
             raise CaptureError(
                 f"op {op.name!r} is not capturable (capturable=False, as attention "
@@ -231,6 +237,7 @@ class SimDevice:
                 "the host again; fill a static device buffer before capture, or copy "
                 "into it before each replay"
             )
+        # ANCHOR: launch_record
         # Capture records and does not compute. Only the output's shape and dtype are
         # needed, so run the kernel on zeros (PyTorch would use meta tensors). The output
         # is allocated from the graph's pool, and stays there as long as the graph does.
@@ -239,6 +246,7 @@ class SimDevice:
         out = self.pool.allocate(probe.shape, probe.dtype)
         graph.nodes.append(Node(op, x, out))
         return out
+        # ANCHOR_END: launch_record
 
     # ANCHOR_END: launch
 
@@ -401,6 +409,7 @@ def _not_capturable(op: ModelOp) -> bool:
     return not op.capturable
 
 
+# ANCHOR: split_ops_fn
 def split_ops(
     ops: Sequence[ModelOp], is_splitting_op: Callable[[ModelOp], bool] = _not_capturable
 ) -> list[Piece]:
@@ -419,6 +428,9 @@ def split_ops(
     if run:
         pieces.append(Piece(tuple(run), is_splitting_op=False))
     return pieces
+
+
+# ANCHOR_END: split_ops_fn
 
 
 # ANCHOR_END: split_ops
@@ -466,12 +478,15 @@ class PiecewiseGraphRunner:
             if runner is not None:
                 runner.close_capture_window()
 
+    # ANCHOR: piecewise_call
     def __call__(self, x: np.ndarray) -> np.ndarray:
         _check_array(x, self.dtype)
         for piece, runner in zip(self.pieces, self._runners):
             # A splitting op runs eagerly every time, so its host-side decisions are fresh.
             x = run_eager(piece.ops, self.device, x) if runner is None else runner(x)
         return x
+
+    # ANCHOR_END: piecewise_call
 
 
 # ANCHOR_END: piecewise_runner

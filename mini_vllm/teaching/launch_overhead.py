@@ -116,6 +116,9 @@ class Preset:
     # The model shape the kernel list was built from (`_llama_kernels` arguments),
     # so that `refit_preset` can rebuild it with another kernel count.
     shape: dict | None = None
+    # The results file that holds `reference_ms` (and the kernel count, where the preset
+    # is fitted to one), in its table of what the presets are fitted to.
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -226,6 +229,7 @@ def crossover_batch(
     _check_batch(max_batch)
     preset = _as_preset(preset)
 
+    # ANCHOR: crossover_bisect
     def pays(batch: int) -> bool:
         return simulate_step(preset, batch).speedup >= threshold
 
@@ -238,6 +242,7 @@ def crossover_batch(
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if pays(mid) else (lo, mid)
     return hi
+    # ANCHOR_END: crossover_bisect
 
 
 # ANCHOR_END: crossover
@@ -304,8 +309,10 @@ def _llama_kernels(
     context_len: int,
     extra_per_layer: int,
     sampler_kernels: int,
+    extra_tail: int = 0,
 ) -> tuple[Kernel, ...]:
-    """The kernels of one decode step of a Llama-shaped model, in launch order."""
+    """The kernels of one decode step of a Llama-shaped model, in launch order
+    (`extra_tail` small housekeeping kernels after the sampler's, to reach a count)."""
     q, kv = heads * head_dim, kv_heads * head_dim
     act = hidden * BF16  # one token's hidden state
 
@@ -346,6 +353,7 @@ def _llama_kernels(
         step += [replace(k, name=f"L{i}.{k.name}") for k in layer]
     step += [pointwise("final_norm"), gemm("lm_head", hidden, vocab)]
     step += [pointwise(f"sampler{i}", vocab) for i in range(sampler_kernels)]
+    step += [pointwise(f"misc_tail{i}", 64) for i in range(extra_tail)]
     return tuple(step)
 
 
@@ -441,14 +449,14 @@ PRESETS: dict[str, Preset] = {
         kernels=_llama_kernels(**_LLAMA31_8B),
         reference_ms={1: (8.4, 5.1), 4: (9.2, 6.0), 16: (12.1, 9.3), 32: (18.7, 16.1)},
         shape=_LLAMA31_8B,
+        source="benchmarks/results/headline-llama-3.1-8b-like.md",
     ),
     # Illustrative parameters, fitted to one timing taken outside this repository's
-    # benchmarks: a plain static-KV-cache Llama of a few dozen lines (not mini_vllm) in
+    # scripts: a plain static-KV-cache Llama of a few dozen lines (not mini_vllm) in
     # SmolLM2-135M's shape, bf16, on an H100, batch 1, context 128: eager 20.6 ms, one
-    # CUDA graph 2.87 ms, 1394 kernels. No results file holds that timing. What this
-    # repository measured for mini_vllm's own model is in
-    # benchmarks/results/decode-graphs-cuda.md: 971 kernels, 16.597 ms eager and
-    # 2.912 ms as one FULL graph at batch 1; `refit_preset` fits this preset to such a run.
+    # CUDA graph 2.87 ms, 1394 kernels. The headline file of this shape records that
+    # timing as what it is, and beside it what mini_vllm's own model measures (971
+    # kernels with torch's own layers); `refit_preset` fits this preset to such a run.
     "h100-smollm2-135m": Preset(
         name="h100-smollm2-135m",
         description="SmolLM2-135M shape, unfused PyTorch decode (illustrative "
@@ -466,6 +474,7 @@ PRESETS: dict[str, Preset] = {
         kernels=_llama_kernels(**_SMOLLM2_135M),
         reference_ms={1: (20.6, 2.87)},
         shape=_SMOLLM2_135M,
+        source="benchmarks/results/headline-smollm2-135m.md",
     ),
 }
 # ANCHOR_END: presets
@@ -492,8 +501,9 @@ def refit_preset(
 ) -> Preset:
     """The preset re-fitted to a measured eager step: its kernels and its launch cost.
 
-    The kernel list is rebuilt with as many small housekeeping kernels per layer as
-    bring it nearest to `num_kernels`, and the host's launch cost is solved (by
+    The kernel list is rebuilt with small housekeeping kernels added, in every layer and
+    after the sampler, until it holds exactly `num_kernels` (or the model's own kernels
+    alone, if those are more), and the host's launch cost is solved (by
     bisection: the eager step grows with it) so that the simulated eager step takes
     `eager_ms` at `batch`. `kernel_gpu_ms`, if given, is how long the eager step's
     kernels ran on the GPU in all (a profiler reads it off the same eager run): a graph
@@ -508,8 +518,11 @@ def refit_preset(
     if eager_ms <= 0 or num_kernels < 1:
         raise ValueError("eager_ms must be > 0 and num_kernels >= 1")
     shape = dict(preset.shape)
-    base = len(_llama_kernels(**{**shape, "extra_per_layer": 0}))
-    shape["extra_per_layer"] = max(0, round((num_kernels - base) / shape["layers"]))
+    base = len(_llama_kernels(**{**shape, "extra_per_layer": 0, "extra_tail": 0}))
+    # As many housekeeping kernels a layer as fit, the rest after the sampler: exactly
+    # `num_kernels` (when there are at least the model's own).
+    shape["extra_per_layer"] = max(0, (num_kernels - base) // shape["layers"])
+    shape["extra_tail"] = max(0, num_kernels - base - shape["extra_per_layer"] * shape["layers"])
     kernels = _llama_kernels(**shape)
 
     hardware = preset.hardware
@@ -520,6 +533,7 @@ def refit_preset(
         beyond_work_us = max(0.0, (kernel_gpu_ms * 1000 - work_us) / len(kernels))
         hardware = replace(hardware, node_us=beyond_work_us + GRAPH_NODE_GAP_US)
 
+    # ANCHOR: refit_launch_cost
     def eager_ms_at(launch_us: float) -> float:
         hw = replace(hardware, launch_us=launch_us)
         return step_time_us(eager_timeline(kernels, batch, hw)) / 1000
@@ -533,6 +547,7 @@ def refit_preset(
     for _ in range(60):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if eager_ms_at(mid) < eager_ms else (lo, mid)
+    # ANCHOR_END: refit_launch_cost
     return replace(
         preset,
         name=f"{preset.name} (refit)",

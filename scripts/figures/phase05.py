@@ -25,6 +25,7 @@ import matplotlib.ticker
 import numpy as np
 from figurekit import ROOT, styled  # also puts the checkout on sys.path
 from figurekit import draw as _draw
+from headline import BY_BATCH, read_headlines, read_table
 from matplotlib import patches
 from matplotlib.figure import Figure
 
@@ -53,6 +54,7 @@ from mini_vllm.teaching.launch_overhead import (
 __all__ = [
     "FIGURES",
     "LADDERS",
+    "SOURCES",
     "crossover_figure",
     "full_vs_piecewise_figure",
     "geometric_ladder",
@@ -105,9 +107,13 @@ def geometric_ladder(ratio: float, top: int = MAX_DEFAULT_CAPTURE) -> list[int]:
     return sizes
 
 
-# The recorded H100 runs the measured figures read (benchmarks/results/).
-H100_RESULTS = ROOT / "benchmarks" / "results" / "decode-graphs-cuda.md"
-STEP_BY_STEP_RESULTS = ROOT / "benchmarks" / "results" / "decode-graphs-cuda-step-by-step.md"
+# The recorded H100 runs the measured figures read (benchmarks/results/): the headline
+# files for the chapter's figures, the detailed runs for the performance page's.
+RESULTS = ROOT / "benchmarks" / "results"
+HEADLINE_SMOLLM2 = RESULTS / "headline-smollm2-135m.md"
+HEADLINE_LLAMA8B = RESULTS / "headline-llama-3.1-8b-like.md"
+H100_RESULTS = RESULTS / "decode-graphs-cuda.md"
+STEP_BY_STEP_RESULTS = RESULTS / "decode-graphs-cuda-step-by-step.md"
 
 
 def parse_markdown_table(path: str | Path) -> list[dict[str, str]]:
@@ -123,26 +129,31 @@ def parse_markdown_table(path: str | Path) -> list[dict[str, str]]:
     return rows
 
 
-def measured_preset(path: str | Path = H100_RESULTS):
-    """The SmolLM2-135M preset refitted to a recorded H100 run: its kernel list rebuilt to
-    the run's eager kernel count and its launch cost solved from the run's eager forward
-    at batch 1, as the benchmark's own report does (`refit_preset`). Nothing is fitted to
-    the graph step: what the refitted preset says about graphs is a prediction."""
-    row = parse_markdown_table(path)[0]
+def measured_preset(path: str | Path = HEADLINE_SMOLLM2):
+    """The SmolLM2-135M preset refitted to the measured eager step of a headline file: its
+    kernel list rebuilt to the step's kernel count (torch's own layers) and its launch
+    cost solved from the step's forward at batch 1, as the benchmark's own report does
+    (`refit_preset`). Nothing is fitted to the graph step: what the refitted preset says
+    about graphs is a prediction."""
+    rows = read_headlines(path)
     return refit_preset(
         "h100-smollm2-135m",
-        eager_ms=float(row["eager fwd ms"]),
-        num_kernels=int(row["eager kernels"]),
-        batch=int(row["batch"]),
+        eager_ms=rows["plain_eager_fwd_ms"].number,
+        num_kernels=int(rows["plain_kernels"].number),
+        batch=1,
     )
 
 
-def measured_forward_speedups(path: str | Path = H100_RESULTS) -> tuple[list[int], list[float]]:
-    """Batch sizes and measured FULL speed-ups of the forward (eager fwd / full fwd)."""
-    rows = parse_markdown_table(path)
+def measured_forward_speedups(
+    path: str | Path = HEADLINE_SMOLLM2,
+) -> tuple[list[int], list[float], dict[int, str]]:
+    """Batch sizes, measured FULL speed-ups of the forward (eager fwd / FULL fwd) and the
+    file's note on any batch, from a headline file's by-batch table."""
+    rows = read_table(path, BY_BATCH)
     return (
         [int(row["batch"]) for row in rows],
-        [float(row["eager fwd ms"]) / float(row["full fwd ms"]) for row in rows],
+        [float(row["eager fwd ms"]) / float(row["FULL fwd ms"]) for row in rows],
+        {int(row["batch"]): row["note"] for row in rows if row.get("note")},
     )
 
 
@@ -332,14 +343,25 @@ def two_lane_figure(preset: str | None = None, batch: int = 1, num_kernels: int 
             f"eager kernel, {hw.node_us:g} µs per graph node",
         ),
         patches.Patch(facecolor="#f2f3f4", edgecolor="#cccccc", label="lane idle"),
+        patches.Patch(
+            facecolor="white",
+            edgecolor="#cccccc",
+            label=f"host: {hw.launch_us:.3g} µs a launch"
+            + (" (solved from the measured step)" if preset is None else ""),
+        ),
     ]
     axes[0].legend(
-        handles=legend, loc="upper right", bbox_to_anchor=(1.0, 1.32), ncol=3, frameon=False
+        handles=legend, loc="upper right", bbox_to_anchor=(1.0, 1.42), ncol=2, frameon=False
     )
-    model = "SmolLM2-135M shape, fitted to a recorded H100 eager step" if preset is None else p.name
+    # The title quotes only what was measured (the step's kernel count, from the headline
+    # file); what the model makes of it is in the legend.
+    model = (
+        "SmolLM2-135M shape, simulated, fitted to the eager step measured on an H100"
+        if preset is None
+        else p.name
+    )
     fig.suptitle(
-        f"{model}, batch {batch}: the first {len(kernels)} of "
-        f"{len(p.kernels)} kernels (host {hw.launch_us:.3g} µs per launch)",
+        f"{model}, batch {batch}: the first {len(kernels)} of its {len(p.kernels)} kernels",
         fontsize=10,
     )
     return fig
@@ -371,29 +393,37 @@ def _reference_speedups(p) -> tuple[list[int], list[float]]:
 
 
 @styled
-def crossover_figure(max_batch: int = 4096, results_path: str | Path = H100_RESULTS) -> Figure:
+def crossover_figure(max_batch: int = 4096, results_path: str | Path = HEADLINE_SMOLLM2) -> Figure:
     """Graph speedup (eager step / graph step) against batch size, simulated, with the
-    threshold and the crossover batch: left, the Llama-3.1-8B preset with the reference
-    measurements it is fitted to; right, the SmolLM2-135M shape refitted to a recorded
-    H100 eager step, with that run's measured forward speed-ups (a prediction, not a fit)."""
+    threshold and the crossover batch: left, the Llama-3.1-8B preset with the article's
+    table it is fitted to; right, the SmolLM2-135M shape refitted to the eager step of a
+    headline file, with that file's measured forward speed-ups (a prediction, not a fit),
+    each batch the file notes an anomaly at marked with the note."""
     llama = get_preset("h100-llama3.1-8b")
+    refit = measured_preset(results_path)
+    batches_measured, speedups_measured, notes = measured_forward_speedups(results_path)
+    runs = {row["runs"] for row in read_table(results_path, BY_BATCH)}
+    measured = "measured on an H100 (forward), " + (
+        "one run" if runs == {"1"} else f"median of {'/'.join(sorted(runs))} runs"
+    )
     panels = [
         (
             llama,
-            "Llama-3.1-8B preset",
-            _reference_speedups(llama),
-            "reference measurements (fitted)",
+            "Llama-3.1-8B preset, against the article's table it is fitted to",
+            (*_reference_speedups(llama), {}),
+            "the article's table (fitted)",
         ),
         (
-            measured_preset(results_path),
-            "SmolLM2-135M shape, refitted",
-            measured_forward_speedups(results_path),
-            "measured on an H100 (forward)",
+            refit,
+            f"SmolLM2-135M shape, refitted to the eager step measured ({len(refit.kernels)} "
+            "kernels)",
+            (batches_measured, speedups_measured, notes),
+            measured,
         ),
     ]
     fig = Figure(figsize=(10, 4.6), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    for ax, (p, title, (ref_b, ref_s), ref_label) in zip(axes, panels):
+    for ax, (p, title, (ref_b, ref_s, ref_notes), ref_label) in zip(axes, panels):
         results = sweep(p, _batch_grid(max_batch, ref_b))
         batches = [r.batch for r in results]
         speedups = [r.speedup for r in results]
@@ -409,7 +439,11 @@ def crossover_figure(max_batch: int = 4096, results_path: str | Path = H100_RESU
             color="#555555",
         )
         ax.plot(
-            batches, speedups, color=_GRAPH_COLOR, linewidth=2, label="simulated (simulate_step)"
+            batches,
+            speedups,
+            color=_GRAPH_COLOR,
+            linewidth=2,
+            label=f"simulated, {len(p.kernels)} kernels a step",
         )
         ax.axhline(
             CROSSOVER_THRESHOLD,
@@ -428,6 +462,17 @@ def crossover_figure(max_batch: int = 4096, results_path: str | Path = H100_RESU
             markersize=7,
             label=ref_label,
         )
+        for b, note in ref_notes.items():
+            s = ref_s[ref_b.index(b)]
+            ax.annotate(
+                "\n".join(textwrap.wrap(f"batch {b}: {note}", 34)),
+                (b, s),
+                xytext=(0.36, 0.62),
+                textcoords="axes fraction",
+                fontsize=7,
+                color="#555555",
+                arrowprops=dict(arrowstyle="->", color="#777777", linewidth=0.8),
+            )
         cross = crossover_batch(p, max_batch=max_batch)
         if cross is not None:
             s = sweep(p, [cross])[0].speedup
@@ -454,8 +499,8 @@ def crossover_figure(max_batch: int = 4096, results_path: str | Path = H100_RESU
             )
         else:
             ax.text(
-                0.30,
                 0.28,
+                0.30,
                 f"no crossover up to batch {max_batch}\n(still {results[-1].speedup:.2f}× there)",
                 transform=ax.transAxes,
                 fontsize=8,
@@ -466,7 +511,7 @@ def crossover_figure(max_batch: int = 4096, results_path: str | Path = H100_RESU
         ax.set_ylim(0.9, top)
         ax.set_xlabel("decode batch size (sequences)")
         ax.set_ylabel("speedup of graphs (eager ms / graph ms)")
-        ax.set_title(f"{title}: {len(p.kernels)} kernels a step", loc="left", fontsize=9)
+        ax.set_title(title, loc="left", fontsize=8.5)
         ax.grid(True, which="major", color="#e5e5e5", linewidth=0.6)
         ax.legend(loc="lower left", frameon=False, fontsize=7.5)
     fig.suptitle(
@@ -477,8 +522,9 @@ def crossover_figure(max_batch: int = 4096, results_path: str | Path = H100_RESU
 
 
 @styled
-def step_time_figure(preset: str = "h100-llama3.1-8b", max_batch: int = 64) -> Figure:
-    """Eager and graph ms per decode step against batch size, with the reference table."""
+def step_time_figure(preset: str = "h100-llama3.1-8b", max_batch: int = 256) -> Figure:
+    """Eager and graph ms per decode step against batch size (log scale), with the
+    reference table and the crossover batch, where the model's graphs stop paying."""
     p = get_preset(preset)
     hw = p.hardware
     results = sweep(p, _batch_grid(max_batch, p.reference_ms))
@@ -516,9 +562,11 @@ def step_time_figure(preset: str = "h100-llama3.1-8b", max_batch: int = 64) -> F
     )
     host_ms = len(p.kernels) * hw.launch_us / 1000
     weights_ms = sum(k.weight_bytes for k in p.kernels) / hw.bandwidth * 1000
+    cross = crossover_batch(p, max_batch=max_batch)
+    label_x = cross / 1.1 if cross is not None else max_batch  # left of the crossover line
     ax.axhline(host_ms, color=_EAGER_COLOR, linestyle=":", linewidth=0.8)
     ax.text(
-        max_batch,
+        label_x,
         host_ms,
         f"host: {len(p.kernels)} launches × {hw.launch_us:g} µs = {host_ms:.1f} ms ",
         ha="right",
@@ -528,7 +576,7 @@ def step_time_figure(preset: str = "h100-llama3.1-8b", max_batch: int = 64) -> F
     )
     ax.axhline(weights_ms, color=_GRAPH_COLOR, linestyle=":", linewidth=0.8)
     ax.text(
-        max_batch,
+        label_x,
         weights_ms,
         f"weights once at {hw.bandwidth / 1e12:g} TB/s: {weights_ms:.1f} ms ",
         ha="right",
@@ -536,21 +584,36 @@ def step_time_figure(preset: str = "h100-llama3.1-8b", max_batch: int = 64) -> F
         fontsize=7.5,
         color=_GRAPH_COLOR,
     )
+    if cross is not None:
+        ax.axvline(cross, color=_THRESHOLD_COLOR, linestyle="--", linewidth=1)
+        ax.text(
+            cross,
+            eager.max(),
+            f"graphs stop paying: batch {cross}\n(speed-up below {CROSSOVER_THRESHOLD:g}×) ",
+            ha="right",
+            va="top",
+            fontsize=7.5,
+            color="#555555",
+        )
     _plain_log2_axis(ax, max_batch)
     ax.xaxis.set_major_locator(
         matplotlib.ticker.FixedLocator([2**i for i in range(14) if 2**i <= max_batch])
     )
     ax.set_xlim(1, max_batch)
-    ax.set_ylim(0, None)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(matplotlib.ticker.FixedLocator([2, 5, 10, 20, 50, 100, 200]))
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_ylim(min(graph.min(), weights_ms) * 0.8, eager.max() * 1.15)
     ax.set_xlabel("decode batch size (sequences)")
-    ax.set_ylabel("ms per decode step")
+    ax.set_ylabel("ms per decode step (log scale)")
     ax.grid(True, color="#e5e5e5", linewidth=0.6)
     ax.legend(loc="upper left", frameon=False)
-    cross = crossover_batch(p)
+    # No number in the title: the measured ones are the reference's (the legend's
+    # squares and circles), the rest is the model's.
     ax.set_title(
-        f"{p.name}: eager vs graph step time ({len(p.kernels)} kernels a step; "
-        f"graphs stop paying at batch {cross})\nsquares and circles: the reference measurements "
-        "the preset is fitted to",
+        f"{p.name}: eager vs graph step time by batch size, simulated\nsquares and circles: "
+        "the reference measurements the preset is fitted to",
         loc="left",
         fontsize=9,
     )
@@ -1077,6 +1140,18 @@ FIGURES: dict[str, Callable[[], Figure]] = {
     "padding-waste-per-ladder.png": padding_waste_figure,
     "h100-decode.png": h100_decode_figure,
     "h100-step-by-step.png": step_by_step_figure,
+}
+
+
+# The results files each figure's measured numbers come from; its title and caption may
+# quote only numbers these files hold (tests/course/test_headline_numbers.py). The others
+# draw the simulators alone.
+SOURCES: dict[str, list[Path]] = {
+    "two-lane-eager-vs-graph.png": [HEADLINE_SMOLLM2],
+    "crossover-llama3.1-8b.png": [HEADLINE_LLAMA8B, HEADLINE_SMOLLM2],
+    "step-time-vs-batch.png": [HEADLINE_LLAMA8B],
+    "h100-decode.png": [H100_RESULTS],
+    "h100-step-by-step.png": [STEP_BY_STEP_RESULTS],
 }
 
 

@@ -3,6 +3,7 @@
 - `mdbook build` prints no warning or error (a missing include is an error there);
 - every {{#include file:anchor}} names a file that exists and an anchor it defines;
 - no Python code is pasted into a page: Python blocks hold only include directives;
+- included code starts at the left margin, a method's too (book/dedent_code.py);
 - the built HTML has no broken internal link, no link to a missing anchor, and no missing
   image;
 - every lab's README is a page of the book (book/src/labs/), listed in SUMMARY.md;
@@ -15,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -107,6 +109,25 @@ def test_python_code_in_the_book_comes_only_from_includes():
             if any(not INCLUDE.fullmatch(line.strip()) for line in lines):
                 pasted.append(f"{page.relative_to(ROOT)}: {lines[0][:80] if lines else '(empty)'}")
     assert not pasted, "Python pasted into the book instead of included:\n" + "\n".join(pasted)
+
+
+def test_included_code_starts_at_the_left_margin(built_book):
+    out, _ = built_book
+    indented = []
+    for page in sorted(out.rglob("*.html")):
+        if page.name in ("print.html", "404.html", "toc.html"):
+            continue
+        for block in re.findall(
+            r'<code class="language-python">(.*?)</code>', page.read_text(errors="replace"), re.S
+        ):
+            text = unescape(re.sub(r"<[^>]+>", "", block))
+            lines = [line for line in text.split("\n") if line.strip()]
+            if lines and all(line.startswith((" ", "\t")) for line in lines):
+                indented.append(f"{page.relative_to(out)}: {lines[0].strip()[:70]}")
+    assert not indented, (
+        "included code shown indented (book/dedent_code.py, run after mdBook's includes, "
+        "should have removed the indentation its lines share):\n  " + "\n  ".join(indented)
+    )
 
 
 class _LinkCollector(HTMLParser):

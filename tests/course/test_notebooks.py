@@ -150,3 +150,20 @@ def test_notebook_pins_the_thread_count(path: Path):
     and the execution test set."""
     first = _code_cells(_read(path))[0].source
     assert "torch.set_num_threads(" in first and "MINI_VLLM_NOTEBOOK_THREADS" in first, path.name
+
+
+def test_the_saved_outputs_come_from_one_pytorch_build():
+    """Each notebook's first code cell prints the PyTorch build its saved outputs were made
+    under. Outputs saved under different builds would set versions' numbers and messages
+    side by side without saying so: save them all with scripts/execute_notebooks.py."""
+    builds = {}
+    for path in NOTEBOOKS:
+        first = _code_cells(_read(path))[0]
+        printed = "".join(_output_text(o) for o in first.outputs)
+        match = re.search(r"PyTorch (\S+?),", printed)
+        assert match, f"{path.name}: its first code cell does not print 'PyTorch <build>,'"
+        builds[path.name] = match.group(1)
+    assert len(set(builds.values())) == 1, (
+        f"notebooks saved under different PyTorch builds: {builds}; run "
+        ".venv/bin/python scripts/execute_notebooks.py --only <the odd ones>"
+    )

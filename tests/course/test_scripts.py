@@ -25,7 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(p for p in (ROOT / "scripts").rglob("*") if p.suffix in (".py", ".sh"))
 # Helpers the scripts import; they are not run on their own.
-KITS = {"figurekit.py", "gpukit.py", "factcheck_parts.py", "per_head_decode.py"}
+KITS = {"figurekit.py", "gpukit.py", "factcheck_parts.py", "per_head_decode.py", "headline.py"}
 RUNNABLE_PY = [p for p in SCRIPTS if p.suffix == ".py" and p.name not in KITS]
 GPU_MEASURES = [
     p for p in RUNNABLE_PY if p.parent.name == "gpu" and p.name != "run_notebook_cells.py"
