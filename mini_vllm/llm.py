@@ -135,7 +135,7 @@ class LLM:
         """Generate for every prompt at once (continuous batching); outputs in prompt order.
 
         A prompt is text (str) or a list of token ids. One the engine cannot serve
-        (empty, token ids outside the vocabulary, longer than `max_model_len`) gets an
+        (empty, token ids outside the vocabulary, `max_model_len` tokens or more) gets an
         output with `finish_reason == "error"` and the reason; the others complete. A
         prompt of another type, or a sampling_params list of the wrong length, raises
         UserError before any prompt is queued. If the call raises or is interrupted,

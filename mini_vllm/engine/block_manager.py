@@ -23,17 +23,21 @@ Invariants (tests/engine/test_block_manager.py checks them under random operatio
   num_free_blocks + num_used_blocks == num_blocks;
 - a block's ref count is the number of live block tables that hold it;
 - a block sits in two tables only through prefix caching, and then it is full,
-  already computed, and holds the same tokens for both.
+  computed (or being computed by the step that shared it out), and holds the same
+  tokens for both.
 
 Prefix caching (`enable_prefix_caching=True`): a block whose `block_size` tokens have
 all been computed is registered under a hash of its tokens chained with the previous
 block's hash, so equal hashes mean equal *prefixes*, not just equal blocks (vLLM:
-`hash_block_tokens` in vllm/v1/core/kv_cache_utils.py). A new sequence whose leading
-blocks hash to registered ones shares those blocks (ref count + 1) and skips their
-compute. A freed block keeps its hash and stays findable until the free pool hands it
-out again; the pool gives out the least recently freed block first, and a sequence's
-blocks are freed tail first, so shared prefixes are evicted last (vLLM's free queue
-does the same).
+`hash_block_tokens` in vllm/v1/core/kv_cache_utils.py). "Computed" is the caller's
+word: the scheduler registers a block as soon as it schedules the step that fills it,
+as vLLM does, because that step writes the block's K/V before anything can read it.
+A new sequence whose leading blocks hash to registered ones shares those blocks (ref
+count + 1) and skips their compute. A freed block keeps its hash and stays findable
+until the free pool hands it out again; the pool gives out the least recently freed
+block first, and a sequence's blocks are freed tail first, so shared prefixes are
+evicted last (vLLM's free queue does the same). `evict_blocks` makes blocks
+unfindable at once: those a failed step was to fill.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from collections.abc import Sequence as SequenceT
 from typing import Protocol
 
@@ -195,12 +199,13 @@ class BlockManager:
     # ANCHOR: cache_full_blocks
     def cache_full_blocks(self, seq: SequenceLike, num_tokens: int | None = None) -> None:
         """Register the blocks the sequence has completely computed, so later
-        sequences with the same prefix can share them. Call after each step that
-        advanced num_computed_tokens. No-op without prefix caching.
+        sequences with the same prefix can share them. No-op without prefix caching.
 
         `num_tokens`: how many leading tokens are computed and known (default
-        num_computed_tokens; the async scheduler counts tokens as computed before
-        their step has run, and some are still placeholders)."""
+        num_computed_tokens). The scheduler passes the tokens computed once the step it
+        is scheduling has run, so that a request admitted later in the same step shares
+        the blocks that step writes (vLLM: `allocate_slots` -> `cache_blocks`), and only
+        tokens whose ids are known: the async scheduler's placeholders cannot be hashed."""
         if not self.enable_prefix_caching:
             return
         done = self._num_hashed.get(seq.seq_id, 0)
@@ -220,6 +225,27 @@ class BlockManager:
         self._num_hashed[seq.seq_id] = max(done, full)
 
     # ANCHOR_END: cache_full_blocks
+
+    # ANCHOR: evict_blocks
+    def evict_blocks(self, block_ids: Iterable[int]) -> None:
+        """Make these blocks unfindable by prefix lookups at once, held or not (vLLM:
+        `BlockPool.evict_blocks`, for blocks whose K/V failed to load).
+
+        For blocks registered before their K/V was written, by a step that then never
+        completed (the scheduler's `take_back_steps`): what they hold is unknown. A block
+        still held keeps its key, which its holder's next blocks chain from, but serves no
+        hit; a free one is a plain free block again. Blocks without a key are skipped.
+        """
+        for block_id in block_ids:
+            key = self._block_hash.get(block_id)
+            if key is None:
+                continue
+            if self._cached.get(key) == block_id:
+                self._cached.pop(key)
+            if not self._ref_counts[block_id]:
+                self._block_hash.pop(block_id)
+
+    # ANCHOR_END: evict_blocks
 
     # -- allocation ---------------------------------------------------------------
 

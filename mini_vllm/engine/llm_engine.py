@@ -128,7 +128,7 @@ class LLMEngine:
     ) -> Sequence:
         """Queue a request. A prompt the model cannot take (empty, or a token id outside
         its vocabulary) is refused here with a UserError; one the engine can never serve
-        (longer than max_model_len) finishes with an error at the next step. Either way
+        (max_model_len tokens or more) finishes with an error at the next step. Either way
         the other requests are not affected."""
         with self._one_caller:
             seq = Sequence(next(self._request_ids), self.check_prompt(prompt_token_ids), params)

@@ -16,13 +16,26 @@ The policy of one `schedule()` call (vLLM V1's, first come first served):
    fits; when the request itself is the most recent, it preempts itself.
 3. Then, only if nothing was preempted this step, waiting requests are admitted in
    order while the budget, `max_num_seqs` and the free blocks allow; prefix-cached
-   leading blocks are shared instead of computed. A prompt that does not fit in the
-   remaining budget is chunked (`enable_chunked_prefill`, on by default): it takes
-   what is left, and its next chunk comes as a running request in later steps.
+   leading blocks are shared instead of computed, those this very step fills for a
+   request scheduled before it included (see "Prefix caching" below). A prompt that
+   does not fit in the remaining budget is chunked (`enable_chunked_prefill`, on by
+   default): it takes what is left, and its next chunk comes as a running request in
+   later steps.
    Without chunking it waits for a step with room.
-4. A request that can never run — a prompt longer than `max_model_len`, or more
+4. A request that can never run — a prompt of `max_model_len` tokens or more, or more
    tokens than the whole KV cache holds — is finished with FinishReason.ERROR and
    reported in the next output's `failed`; the other requests carry on.
+
+Prefix caching: the blocks a prefill row fills are registered when its step is
+scheduled, not after it has run (vLLM: `KVCacheManager.allocate_slots`, which calls
+`cache_blocks` with the tokens computed once the step has run, capped at the
+request's known tokens). So the `n` children of one prompt, or any requests with a
+shared prefix, admitted in the same step compute the prefix once: the later ones read
+blocks the same forward writes, which is sound because every layer's attention writes
+the whole step's K/V into the cache before any request reads it
+(mini_vllm/attention/paged.py). Such blocks hold their K/V only once the step has run:
+`update_from_output` says it has, and `take_back_steps` evicts them from the prefix
+cache when it never will.
 
 So a step mixes decodes and prefill chunks freely ("mixed" batches). The batches
 where every scheduled request decodes exactly one token and none is in prefill are
@@ -45,8 +58,9 @@ Two ways out besides finishing (vLLM: `Scheduler.finish_requests`):
 - `take_back_steps()` undoes every step scheduled and not yet updated, for when the
   forward, the sampler or the update raised. Every unfinished request gives back its
   blocks and waits to be recomputed from its tokens, as after a preemption, so the
-  scheduler is consistent whatever point the exception left it at. vLLM has no
-  counterpart: an exception in its engine core process ends the engine.
+  scheduler is consistent whatever point the exception left it at, and the blocks
+  those steps were to fill leave the prefix cache. vLLM has no counterpart: an
+  exception in its engine core process ends the engine.
 """
 
 from __future__ import annotations
@@ -135,8 +149,10 @@ class Scheduler:
 
         Ids that are unknown or already finished are skipped, so aborting twice is
         harmless. A row of an aborted request in a step still in flight is ignored when
-        that step's tokens arrive; the device may still write its K/V into the freed
-        blocks, but before any later step reads them (one stream runs steps in order).
+        that step's tokens arrive; the device still writes its K/V into the freed
+        blocks, before any later step reads them (one stream runs steps in order). So
+        the blocks that step fills stay in the prefix cache: they are right once it
+        has run, and `take_back_steps` evicts them if it never does.
         Returns the requests this call finished.
         """
         finished = []
@@ -167,6 +183,7 @@ class Scheduler:
         """
         for output in self._in_flight:
             self._failed.extend(s for s in output.failed if s not in self._failed)
+        unwritten = self._blocks_in_flight()
         self._in_flight.clear()
         requests = sorted(self._requests.values(), key=lambda s: s.arrival)
         for seq in requests:
@@ -174,6 +191,8 @@ class Scheduler:
             seq.drop_placeholders()
             seq.num_computed_tokens = 0
             seq.status = SequenceStatus.WAITING
+        # Registered when their step was scheduled, written by no step that completed.
+        self.block_manager.evict_blocks(unwritten)
         # With nobody holding blocks, any block still counted as held was taken by an
         # allocation the exception cut short and recorded in no table.
         self.block_manager.reclaim_unheld_blocks()
@@ -183,13 +202,30 @@ class Scheduler:
 
     # ANCHOR_END: take_back_steps
 
+    def _blocks_in_flight(self) -> set[int]:
+        """Every block that a step not yet updated writes into: the only blocks that can
+        be registered for prefix caching (`_cache_blocks_ahead`) before their K/V exists.
+
+        The rows of the steps in flight, aborted and preempted requests' rows included
+        (their tables are snapshots); and the blocks past each live request's computed
+        tokens, for a `schedule()` cut short before it returned its rows."""
+        block_size = self.block_manager.block_size
+        blocks: set[int] = set()
+        for output in self._in_flight:
+            for row in output.scheduled:
+                blocks.update(row.block_table[row.num_computed_tokens // block_size :])
+        for seq in self._requests.values():
+            blocks.update(seq.block_table[seq.num_computed_tokens // block_size :])
+        return blocks
+
     # ANCHOR: why_never_runs
     def _why_never_runs(self, seq: Sequence) -> str | None:
         """Why this request could not be computed even on an empty engine, or None."""
-        if seq.num_prompt_tokens > self.config.max_model_len:
+        if seq.num_prompt_tokens >= self.config.max_model_len:  # no room for an output token
             return (
                 f"request {seq.seq_id!r}: the prompt has {seq.num_prompt_tokens} "
-                f"tokens, more than max_model_len={self.config.max_model_len}"
+                f"tokens, and max_model_len={self.config.max_model_len} holds the prompt "
+                "and at least one output token; shorten the prompt"
             )
         needed = self.block_manager.blocks_needed(seq.num_tokens)
         if needed > self.block_manager.num_blocks:
@@ -240,6 +276,7 @@ class Scheduler:
             if not self._make_room(seq, num_new, preempted):
                 break  # seq preempted itself: nobody after it is left running
             self.block_manager.append_slots(seq, num_new)
+            self._cache_blocks_ahead(seq, num_new)
             rows.append(self._row(seq, num_new))
             budget -= num_new
             index += 1
@@ -268,6 +305,7 @@ class Scheduler:
             self._waiting.popleft()
             self.block_manager.allocate(seq, num_new, num_cached)
             seq.num_computed_tokens = num_cached
+            self._cache_blocks_ahead(seq, num_new)  # the next request may share them
             seq.status = SequenceStatus.RUNNING
             self._running.append(seq)
             rows.append(self._row(seq, num_new))
@@ -285,6 +323,26 @@ class Scheduler:
         self._in_flight.append(output)
         self._after_schedule(output)
         return output
+
+    # ANCHOR: cache_blocks_ahead
+    def _cache_blocks_ahead(self, seq: Sequence, num_new_tokens: int) -> None:
+        """Register for prefix caching the blocks that seq's row fills this step, now,
+        so that a request admitted after it in this step shares them (vLLM:
+        `allocate_slots` -> `cache_blocks`). Only tokens whose ids are known are hashed
+        (under async scheduling, a placeholder's is not).
+
+        Only a prefill row: a decode's block is registered after its step, in
+        `update_from_output`. A step whose rows all decode one token runs the Triton
+        decode kernel on CUDA, which stores each request's new K/V in the same kernel that
+        reads the cache, so a hit on a block written in that step could be read before it
+        is stored; a step with a prefill row runs the write before any read."""
+        if not seq.is_prefill:
+            return
+        known = seq.num_tokens - seq.num_output_placeholders
+        end = min(seq.num_computed_tokens + num_new_tokens, known)
+        self.block_manager.cache_full_blocks(seq, num_tokens=end)
+
+    # ANCHOR_END: cache_blocks_ahead
 
     # Hooks for the async scheduler (mini_vllm/engine/async_scheduler.py); here every
     # request may run and nothing happens until update_from_output brings the tokens.

@@ -181,14 +181,15 @@ def generate_lockstep(
             "must have the same length (Phase 02's paged cache lifts this)"
         )
     limit = max_model_len or config.max_position_embeddings
-    # vLLM's offline rule (`_validate_model_input` of its input processor): refused only when
-    # longer than the limit. A prompt of exactly the limit fills every position and still
-    # gets one token, since the last token is never fed back (the engine of Phase 03 does
-    # the same; the server of Phase 06, as vLLM's, wants room for max_tokens on top).
-    if prompt_len > limit:
+    # vLLM's rule (`InputProcessor._validate_prompt_len`, vllm/v1/engine/input_processor.py):
+    # prompt + output never pass the limit, and the output has at least one token, so a
+    # prompt must be shorter than the limit. The engine of Phase 03 and the server of
+    # Phase 06 refuse the same prompts.
+    if prompt_len >= limit:
         raise UserError(
-            f"the prompt is {prompt_len} tokens, longer than the model's context limit of "
-            f"{limit} tokens; shorten the prompt"
+            f"the prompt is {prompt_len} tokens, and the model's context limit of {limit} "
+            f"tokens holds the prompt and at least one new token: shorten the prompt to at "
+            f"most {limit - 1} tokens"
         )
     weight = next(model.parameters())
     device, dtype = weight.device, weight.dtype

@@ -80,10 +80,11 @@ def test_async_tokens_reach_the_model_when_inputs_are_staged_apart():
     assert [(o.token_ids, o.finish_reason) for o in outputs] == sync
 
 
-def test_a_prompt_as_long_as_the_context_still_runs():
-    # 128 tokens with max_model_len 128, prefilled in chunks of 32: it computes, samples
-    # one token and stops on length, as with synchronous scheduling.
-    long_prompt = [[3 + i % 200 for i in range(128)], [5, 6, 7]]
+def test_a_prompt_one_short_of_the_context_still_runs():
+    # 127 tokens with max_model_len 128, prefilled in chunks of 32: it computes, samples
+    # one token and stops on length, as with synchronous scheduling. (A prompt of 128
+    # tokens leaves no room for a token: it fails, as vLLM refuses it.)
+    long_prompt = [[3 + i % 200 for i in range(127)], [5, 6, 7], [3] * 128]
     params = SamplingParams(temperature=0, max_tokens=8)
     results = []
     for async_scheduling in (False, True):
@@ -97,6 +98,7 @@ def test_a_prompt_as_long_as_the_context_still_runs():
             ]
         )
     assert results[0] == results[1] and results[0][0][1] == "length" and len(results[0][0][0]) == 1
+    assert results[0][2][1] == "error" and len(results[0][2][0]) == 0
 
 
 def test_eos_stops_throw_away_only_the_step_after():

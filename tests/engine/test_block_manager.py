@@ -259,6 +259,29 @@ def test_twin_blocks_computed_side_by_side_are_both_safe():
     assert bm.num_free_blocks == 8
 
 
+def test_evicted_blocks_serve_no_hit_and_their_holder_keeps_registering():
+    """evict_blocks: what the scheduler calls on the blocks of a step that never ran."""
+    bm = BlockManager(8, 4, enable_prefix_caching=True)
+    a = computed(bm, Sequence("a", range(13)), 8)  # blocks 0 and 1 registered
+    bm.evict_blocks([a.block_table[1]])  # held by a: unfindable, a keeps its key
+    probe = Sequence("probe", range(13))
+    assert bm.num_cached_tokens(probe) == 4
+    bm.append_slots(a, 4)
+    a.num_computed_tokens = 12
+    bm.cache_full_blocks(a)  # block 2 chains from block 1's key
+    assert bm.num_cached_tokens(probe) == 4  # the lookup stops at the evicted block
+    bm.free(a)
+    c = computed(bm, Sequence("c", [7] * 9), 9)
+    c_blocks = list(c.block_table)
+    bm.free(c)
+    free_before = bm.num_free_blocks
+    bm.evict_blocks(c_blocks)  # free blocks: plain free blocks again
+    bm.evict_blocks(range(8))  # twice, and blocks without a key: harmless
+    assert bm.num_cached_tokens(Sequence("d", [7] * 9)) == 0
+    assert bm.num_cached_tokens(probe) == 0
+    assert bm.num_free_blocks == free_before == 8
+
+
 # -- property tests ---------------------------------------------------------------
 
 
@@ -307,6 +330,16 @@ class BlockManagerMachine(RuleBasedStateMachine):
             with pytest.raises(OutOfBlocksError):
                 self.bm.append_slots(seq, num_new)
             assert seq.block_table == table
+
+    @rule(block_ids=st.lists(st.integers(0, 11), max_size=3))
+    def evict(self, block_ids):
+        block_ids = [b for b in block_ids if b < self.bm.num_blocks]
+        free_before = self.bm.num_free_blocks
+        self.bm.evict_blocks(block_ids)
+        assert self.bm.num_free_blocks == free_before
+        for seq in self.live.values():  # no lookup finds an evicted block
+            probe = Sequence("probe", seq.tokens(0, seq.num_tokens))
+            assert not set(self.bm._cached_prefix(probe)) & set(block_ids)
 
     @precondition(lambda self: self.live)
     @rule(data=st.data())

@@ -123,15 +123,15 @@ def test_lockstep_batch_matches_single_requests_and_context_limit(tiny):
         assert generate(model, prompt, p).token_ids == result.token_ids
     assert [r.num_generated for r in batch] == [6, 4]
     # The context limit ends generation ("length") once prompt + output fill max_model_len,
-    # as vLLM's stop check does; a prompt of exactly the limit gets one token, a longer one
-    # is refused (vLLM's rule for an offline request).
+    # as vLLM's stop check does; a prompt one short of the limit gets one token, and one
+    # that fills it is refused, as vLLM's input processor refuses it (no room for a token).
     limited = generate(
         model, prompts[0], SamplingParams(temperature=0.0, max_tokens=50), max_model_len=8
     )
     assert limited.num_generated == 8 - 4 and limited.finish_reason == "length"
-    full = generate(model, prompts[0], SamplingParams(max_tokens=5), max_model_len=4)
-    assert (full.num_generated, full.finish_reason) == (1, "length")
-    with pytest.raises(UserError, match="limit of 3 tokens"):
-        generate(model, prompts[0], SamplingParams(max_tokens=1), max_model_len=3)
+    last = generate(model, prompts[0], SamplingParams(max_tokens=5), max_model_len=5)
+    assert (last.num_generated, last.finish_reason) == (1, "length")
+    with pytest.raises(UserError, match="limit of 4 tokens"):
+        generate(model, prompts[0], SamplingParams(max_tokens=1), max_model_len=4)
     with pytest.raises(UserError, match="same length"):
         generate_lockstep(model, [[1, 2], [1, 2, 3]], SamplingParams())

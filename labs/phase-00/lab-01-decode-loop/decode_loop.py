@@ -6,12 +6,13 @@ cache (decode), until an end-of-sequence token, `max_tokens`, or the context lim
 Along the way, two clocks: the time to the first token (TTFT) and every gap between
 two tokens after it (inter-token latency, ITL).
 
-Given (from mini_vllm, imported below): the model, the contiguous KV cache and its
-attention backend, the forward context, the `Sampler` (greedy / temperature / top-k /
-top-p draws), `make_generator` and the incremental detokenizer. Yours: the five TODOs,
-one per step of the README.
+Given, from mini_vllm (imported below): the model, the contiguous KV cache and its
+attention backend, the forward context, `make_generator` and the incremental
+detokenizer. Given here: `GenerationResult`, and `Sampler`, which draws the next token
+through YOUR top-k / top-p filter of step 2. Yours: the five TODOs, one per step of
+the README.
 
-Run: pytest labs/phase-00/lab-01-decode-loop
+Run: pytest labs/phase-00/lab-01-decode-loop (one step: add -m step1, -m step2, ...)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 from mini_vllm.attention.contiguous import (
     ContiguousAttentionBackend,
@@ -31,7 +33,7 @@ from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.engine.sequence import FinishReason
 from mini_vllm.forward_context import set_forward_context
 from mini_vllm.layers.attention import bind_kv_caches
-from mini_vllm.layers.sampler import Sampler, make_generator
+from mini_vllm.layers.sampler import make_generator
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.tokenizer import IncrementalDetokenizer
 
@@ -81,15 +83,14 @@ def check_stop(
 ) -> str | None:
     """The finish reason after appending `token_id`, the `num_generated`-th new token.
 
-    Returns "stop" if `token_id` is one of `eos_token_ids` and `params.ignore_eos` is
-    off; otherwise "length" once `num_generated` has reached `params.max_tokens`;
-    otherwise None (keep going). `FinishReason.STOP` and `FinishReason.LENGTH` are
-    those strings too, so either may be returned.
+    Guarantees: "stop" when `token_id` is one of `eos_token_ids` (any of them) and
+    `params.ignore_eos` is off; "length" when the request has its `params.max_tokens`
+    new tokens; None while it may go on. When both hold, the EOS wins ("stop"), as in
+    vLLM's `check_stop`. `FinishReason.STOP` and `FinishReason.LENGTH` are those
+    strings too, so either form may be returned.
 
-    Example, with max_tokens=10 and EOS ids {257}:
-        check_stop(5, 9, ...) -> None          check_stop(5, 10, ...) -> "length"
-        check_stop(257, 3, ...) -> "stop"      check_stop(257, 10, ...) -> "stop"
-        and with ignore_eos=True: check_stop(257, 3, ...) -> None
+    Example, max_tokens=10, EOS ids {257}: check_stop(5, 9, ...) -> None, and
+    check_stop(257, 3, ...) -> "stop".
     """
     raise NotImplementedError("TODO: step 1")
 
@@ -102,20 +103,64 @@ def apply_top_k_top_p(
 ) -> torch.Tensor:
     """`logits` with every entry outside its row's top-k set, then top-p set, made -inf.
 
-    logits `[B, vocab]` (float); top_k `[B]` ints (<= 0 or >= vocab: no cut); top_p
-    `[B]` floats in (0, 1] (1.0: no cut). Returns a new `[B, vocab]` tensor; the input
-    is left as it was. Top-k keeps the k largest logits of the row. Top-p keeps the
-    smallest set of most likely tokens whose probability adds up to at least p, where
-    the probabilities are those of the distribution left after the top-k cut (the
-    survivors renormalised). The most likely token always stays. A kept logit keeps
-    its value and its place.
+    logits `[B, vocab]`, any float dtype; top_k `[B]` ints (<= 0 or >= vocab: no cut);
+    top_p `[B]` floats in (0, 1] (1.0: no cut). Guarantees, per row: top-k keeps the k
+    largest logits; top-p then keeps the smallest set of most likely tokens whose
+    probability reaches p, the probabilities being those of the distribution left by
+    the top-k cut (the survivors renormalised); the most likely token always stays. A
+    kept logit keeps its value and its place. Returns a new tensor of the input's
+    dtype; the input is left as it was.
 
-    Example: probabilities [0.15, 0.5, 0.05, 0.3] (as log-probabilities), top_k -1:
-        top_p 0.4 -> only index 1 kept; 0.6 -> indices 1 and 3; 0.9 -> 0, 1 and 3.
-    Probabilities [0.4, 0.3, 0.2, 0.1], top_k 2, top_p 0.5: the survivors become 4/7
-    and 3/7, and 4/7 alone reaches 0.5 -> only index 0 kept.
+    Example: probabilities [0.15, 0.5, 0.05, 0.3] (given as log-probabilities), top_k
+    -1, top_p 0.6 -> indices 1 and 3 kept (0.5 alone falls short of 0.6).
     """
     raise NotImplementedError("TODO: step 2")
+
+
+class Sampler(nn.Module):
+    """Given: the draw of the next token, through your `apply_top_k_top_p` (step 2).
+
+    `Sampler()(logits, params, generators)`: logits `[B, vocab]` -> token ids `[B]`
+    (int64), row i drawn with params[i] and generators[i] (None: torch's global
+    generator). Greedy rows take the argmax; the others divide by the temperature,
+    go through your filter when they ask for top-k or top-p, and draw. mini_vllm's
+    `Sampler` less the logits processors (min_p, penalties, logit_bias, min_tokens)
+    this lab does not use: the same logits and generators give the same tokens.
+    """
+
+    def forward(
+        self,
+        logits: torch.Tensor,
+        params: Sequence[SamplingParams],
+        generators: Sequence[torch.Generator | None] | None = None,
+    ) -> torch.Tensor:
+        if logits.shape[0] != len(params):
+            raise ValueError(f"{logits.shape[0]} rows of logits but {len(params)} SamplingParams")
+        greedy_tokens = logits.argmax(dim=-1)
+        if all(p.greedy for p in params):
+            return greedy_tokens
+        generators = generators if generators is not None else [None] * len(params)
+        device = logits.device
+        logits = logits.float()
+        temperature = torch.tensor(
+            [p.temperature if not p.greedy else 1.0 for p in params], device=device
+        )
+        logits = logits / temperature.unsqueeze(1)
+        if any(p.top_k > 0 or p.top_p < 1.0 for p in params):
+            top_k = torch.tensor([p.top_k for p in params], device=device)
+            top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
+            logits = apply_top_k_top_p(logits, top_k, top_p)
+        probs = logits.softmax(dim=-1)
+        # Exponential race: argmax(p_i / E_i) with E_i ~ Exp(1) picks token i with
+        # probability p_i. A seeded row draws its E from its own generator.
+        noise = torch.empty_like(probs).exponential_()
+        for row, generator in enumerate(generators):
+            if generator is not None:
+                noise[row].exponential_(generator=generator)
+        noise.clamp_(min=torch.finfo(noise.dtype).tiny)
+        sampled = (probs / noise).argmax(dim=-1)
+        is_greedy = torch.tensor([p.greedy for p in params], device=device)
+        return torch.where(is_greedy, greedy_tokens, sampled)
 
 
 # -- step 3 ---------------------------------------------------------------------------
@@ -131,11 +176,11 @@ def run_model_step(
     """One forward of `model` over `input_ids` at `positions`; the logits of `sample_rows`.
 
     `model(input_ids, positions)` returns hidden states `[T, hidden]`, no logits, and
-    `model.compute_logits(hidden)` applies the LM head. The attention layers find the
-    step's metadata in the forward context: while the model runs,
-    `get_forward_context().attn_metadata` must be `metadata` (CUDA graph mode NONE).
-    `sample_rows` (int64 indices into the T rows) picks the rows to return, in that
-    order, and only those rows may go through the LM head; None returns every row.
+    `model.compute_logits(hidden)` applies the LM head. Guarantees: while the model
+    runs, the attention layers find `metadata` as the forward context's
+    `attn_metadata` (CUDA graph mode NONE); the result holds the logits of the rows
+    `sample_rows` names (int64 indices into the T rows), in that order, and only those
+    rows go through the LM head; None returns every row.
 
     Example: a 6-token prefill with sample_rows tensor([1, 5]) returns `[2, vocab]`,
     equal to rows 1 and 5 of the 6-row result with sample_rows None.
@@ -151,9 +196,9 @@ def full_forward_logits(model, token_ids: Sequence[int]) -> torch.Tensor:
 
     The no-cache reference the decode loop must reproduce: row t is the model's
     prediction after seeing tokens 0..t, so row t equals the last row of the call on
-    `token_ids[: t + 1]`. Works with the model's own dtype and device, keeps no
-    autograd state, and leaves no KV cache bound to the model when it returns, also
-    when the forward raises.
+    `token_ids[: t + 1]`. Guarantees: runs in the model's own dtype and on its device,
+    keeps no autograd state, and leaves no KV cache bound to the model when it
+    returns, also when the forward raises.
 
     Example: 9 token ids in -> a `[9, vocab]` tensor out, whose row 3 equals
     `full_forward_logits(model, token_ids[:4])[-1]` (to float rounding).
@@ -176,30 +221,32 @@ def generate(
 ) -> GenerationResult:
     """Generate new tokens for one prompt with a KV cache; stream them; time them.
 
-    Inputs: the prompt's token ids; `params` (None: `SamplingParams()`); the context
-    limit `max_model_len` (None: `model.config.max_position_embeddings`); the end of
-    sequence ids are `model.config.eos_token_ids`.
+    Inputs: the prompt's token ids (left as the caller passed them); `params` (None:
+    `SamplingParams()`); the context limit `max_model_len` (None:
+    `model.config.max_position_embeddings`); the end-of-sequence ids are
+    `model.config.eos_token_ids`.
 
-    Errors: ValueError for an empty prompt, or a prompt longer than the limit (vLLM's
-    rule; a prompt of exactly the limit is served, as the engine of Phase 03 serves it).
+    Errors: ValueError, before any forward, for an empty prompt and for a prompt the
+    context limit cannot serve (which lengths those are is the README's step 5
+    decision).
 
     Guarantees:
     - Tokens: what the model predicts, one token at a time, each conditioned on the
       prompt and every token before it (greedy: the argmax of `full_forward_logits` of
-      prompt + tokens so far). Drawn by `Sampler()` with `params`; a seeded request
-      (`params.seed`) draws with one generator from `make_generator` for its whole life,
-      so its tokens are those of a single generator used from the first token on.
+      prompt + tokens so far), drawn by this file's `Sampler` with `params`. A seeded
+      request (`params.seed`) draws from one generator (`make_generator`) for its
+      whole life, as if a single generator had drawn every token in turn.
     - Work: N new tokens cost exactly N forwards. The first covers the whole prompt
       (positions 0..P-1) and sends only its last row through the LM head; each later
       forward feeds the token sampled just before, at the next position, with the
       cache holding everything before it. No position at or past the limit is used.
-    - Stop: after each token, `check_stop`; the finish reason is "stop" or "length",
-      and "length" too when no position is left below the limit. The token that
-      stopped the request is kept in `token_ids`.
+    - Stop: after each token, `check_stop`; the request also ends with "length" once
+      prompt + new tokens fill the context limit. The token that stopped the request
+      is kept in `token_ids`.
     - Clocks, all read with `time.perf_counter()`: the request arrives when `generate`
-      is called; a token exists when its id is on the host. `ttft_s` = t(first token)
-      - t(arrival); `itl_s[i]` = t(token i + 1) - t(token i): one entry per token
-      after the first.
+      is called (so its TTFT includes setting up its cache); a token exists once its
+      id is on the host, after the draw. `ttft_s` = t(first token) - t(arrival);
+      `itl_s[i]` = t(token i + 1) - t(token i): one entry per token after the first.
     - Streaming: `on_token(token_id, delta)` is called for each token as soon as it
       exists, before the next forward. With a tokenizer, the deltas are those of
       `IncrementalDetokenizer(tokenizer)` (its `flush()` added to the last token's),
@@ -218,13 +265,11 @@ def generate(
 # Silence "imported but unused" until you use them.
 _GIVEN = (
     time,
-    torch,
     ContiguousAttentionBackend,
     allocate_contiguous_kv_caches,
     CUDAGraphMode,
     set_forward_context,
     bind_kv_caches,
-    Sampler,
     make_generator,
     IncrementalDetokenizer,
 )

@@ -76,6 +76,7 @@ class BlockManager:
     - num_free_blocks + num_used_blocks == num_blocks, and a block is free exactly when
       its ref count is 0;
     - a block's ref count is the number of live block tables that hold it;
+    - a table never holds the same block twice;
     - a block is in two tables only through prefix caching, and then it is full, already
       computed, and stands for the same leading tokens in both;
     - a table holds the fewest blocks that cover the tokens it was asked to cover (a
@@ -146,10 +147,12 @@ class BlockManager:
         tokens. The first num_cached_tokens (step 5: a multiple of block_size, at most
         num_cached_tokens(seq); always 0 without prefix caching) are covered by the
         cached blocks that already hold them, shared; the rest by blocks nobody held.
-        All or nothing: if the free pool is short, raise OutOfBlocksError and change
-        nothing. A sequence that already holds blocks, more tokens than the sequence has,
-        or a num_cached_tokens that is not cached, is a ValueError. (The caller then sets
-        seq.num_computed_tokens.)
+        num_new_tokens may be 0: a sequence none of whose tokens is scheduled yet takes
+        no block. All or nothing: if the free pool is short, raise OutOfBlocksError and
+        change nothing. A sequence that already holds blocks, more tokens than the
+        sequence has, or a num_cached_tokens that is not cached, is a ValueError. (The
+        caller then sets seq.num_computed_tokens.) With prefix caching, one choice in
+        here is yours (the README's step 5).
 
         Example, block_size 4, 10 free blocks: a 10-token prompt whose first chunk of 5
         tokens is about to be computed takes 2 blocks.
@@ -159,7 +162,8 @@ class BlockManager:
     # -- step 3: append ---------------------------------------------------------------
 
     def can_append(self, seq: Sequence, num_new_tokens: int = 1) -> bool:
-        """Whether append_slots(seq, num_new_tokens) would succeed now. Changes nothing."""
+        """Whether append_slots(seq, num_new_tokens) would succeed now. Changes nothing.
+        Misuse is a ValueError, as in append_slots."""
         raise NotImplementedError("TODO (step 3): can_append")
 
     def append_slots(self, seq: Sequence, num_new_tokens: int = 1) -> None:
@@ -179,11 +183,12 @@ class BlockManager:
     def free(self, seq: Sequence) -> None:
         """Take back a finished or preempted sequence's blocks and clear its table.
 
-        A block goes back to the free pool only when no table holds it any more.
-        Afterwards the sequence can be allocated again as if it were new (a preempted
-        sequence is), and a new sequence may reuse its seq_id. Freeing twice does nothing.
-        In which order the freed blocks join the pool is yours to decide (the README's
-        step 4).
+        A block goes back to the free pool only when no table holds it any more, and of
+        the blocks one call gives back, the pool hands out the sequence's last block
+        first and its first block last (its prefix, the part others may share, is evicted
+        last). Afterwards the sequence can be allocated again as if it were new (a
+        preempted sequence is), and a new sequence may reuse its seq_id. Freeing twice
+        does nothing.
 
         Example: a sequence holding [3, 8, 5] that shares block 3 with another: 8 and 5
         are free afterwards, 3 is still held once.
@@ -195,11 +200,14 @@ class BlockManager:
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Make the sequence's fully computed blocks findable by later sequences.
 
-        Called after every step that moved num_computed_tokens forward. Guarantees: a
-        block is findable only once all of its K/V is computed, and only by a sequence
-        whose tokens from its start to that block's end are the same; while any live
-        table holds a findable block, a block with that prefix stays findable. Does
-        nothing without prefix caching.
+        Called whenever seq.num_computed_tokens has moved forward (in this lab, after
+        every step). Guarantees: a block becomes findable only once all of its K/V is
+        computed, and only by sequences whose tokens, from the first to that block's
+        last, are the same. Once findable, a block stays findable while any table holds
+        it, and after it is freed until the pool hands it out again. Two sequences that
+        computed the same prefix side by side each hold a copy: the copy registered first
+        is the findable one, and the other never takes its place. Does nothing without
+        prefix caching.
 
         Example, block_size 4: a sequence with 10 tokens, 6 computed: only its first
         block becomes findable.

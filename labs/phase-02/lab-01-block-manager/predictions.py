@@ -9,12 +9,12 @@ first one in a comment and write down why.
 """
 
 # -- before step 3: growing a table ------------------------------------------------------------
-S3_BLOCKS_AT_8 = None  # int: blocks in a's table once 8 of its tokens are computed
-S3_CAN_FINISH_PROMPT = None  # True or False: can a then compute its last 2 prompt tokens?
-S3_FIRST_REFUSED_POSITION = None  # int: the first position a's decode cannot get a slot for
+S3_BLOCKS_AFTER_PROMPT = None  # int: blocks a holds once its prompt step sampled a token
+S3_BOTH_DECODE = None  # True or False: can a and b both compute their sampled token next step?
+S3_TOKENS_SAMPLED = None  # int: tokens a has sampled in all when can_append(a, 1) first says no
 
 # -- before step 5: prefix caching -------------------------------------------------------------
-S5_B_CACHED_TOKENS = None  # int: num_cached_tokens of b = [1, 2, 3, 4, 1, 2, 3, 4, 0]
-S5_EIGHT_TOKENS_CACHED = None  # int: num_cached_tokens of [1, 2, 3, 4, 5, 6, 7, 8]
-S5_X_TABLE = None  # list: x's block table
-S5_A2_CACHED_TOKENS = None  # int: num_cached_tokens of a2 = list(range(13)) after x
+S5_EIGHT_TOKENS_CACHED = None  # int: num_cached_tokens of [1, 2, 3, 4, 5, 6, 7, 8] after a
+S5_B_TABLE = None  # list: b's block table
+S5_FREE_AFTER_B = None  # int: num_free_blocks once b is admitted
+S5_AFTER_DECODE_CACHED = None  # int: num_cached_tokens of [1, 2, ..., 8, 9] after d's decode

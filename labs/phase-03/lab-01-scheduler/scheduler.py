@@ -1,9 +1,9 @@
 """Phase 03, lab 01 — continuous batching: the scheduler (your code).
 
-Mirrors the course's scheduler, itself modelled on vLLM's
-vllm/v1/core/sched/scheduler.py (`Scheduler.schedule`, `_preempt_request`,
-`update_from_output`; the stop rules of `check_stop` in vllm/v1/core/sched/utils.py).
-Run: pytest labs/phase-03/lab-01-scheduler
+Modelled on vLLM's vllm/v1/core/sched/scheduler.py (`Scheduler.schedule`,
+`_preempt_request`, `update_from_output`; the stop rules of `check_stop` in
+vllm/v1/core/sched/utils.py).
+Run: pytest labs/phase-03/lab-01-scheduler (one step: add -m step1, -m step2, ...)
 
 Given, from mini_vllm, and not what this lab tests: the request (`Sequence`), the block
 manager of the Phase 02 lab (`BlockManager`), the limits (`SchedulerConfig`) and the
@@ -15,9 +15,10 @@ The policy, one schedule() call (vLLM V1's, first come first served):
   (`seq.num_new_tokens`: 1 when decoding, the rest of its prompt when not), cut to the
   token budget that is left; when its blocks do not fit, the most recently admitted
   running request is preempted (possibly the request itself);
-- then, only in a step that preempted nobody, waiting requests in arrival order while
-  the budget, max_num_seqs and the free blocks allow; a prompt longer than the budget
-  left is chunked when config.enable_chunked_prefill, and waits otherwise;
+- then waiting requests in arrival order while the budget, max_num_seqs and the free
+  blocks allow (what a step that had to preempt may admit is step 5's decision); a
+  prompt longer than the budget left is chunked when config.enable_chunked_prefill, and
+  waits otherwise;
 - a request that could never run fails with FinishReason.ERROR and is reported in the
   next output's `failed`; the others carry on.
 """
@@ -110,8 +111,8 @@ class Scheduler:
     def _why_never_runs(self, seq: Sequence) -> str | None:
         """Why this request could not run even on an empty engine, or None if it could.
 
-        It could not when its prompt has more than config.max_model_len tokens (exactly
-        max_model_len is fine: it can still sample one token), or when its
+        It could not when its prompt leaves no room under config.max_model_len for one
+        output token (prompt + output never pass max_model_len, vLLM's rule), or when its
         seq.num_tokens tokens need more KV blocks than the whole cache has
         (block_manager.num_blocks; a partly filled block is a whole block).
 
@@ -120,8 +121,8 @@ class Scheduler:
         mentions `block`s, how many it needs and how many the cache has.
 
         Example, max_model_len=16, 4 blocks of 4 tokens: a 17-token prompt gives a message
-        with "max_model_len", 17 and 16; a 16-token prompt gives None. With
-        max_model_len=128 the 17-token prompt needs 5 blocks: a message with "block", 5, 4.
+        with "max_model_len", 17 and 16. With max_model_len=128 the same prompt needs 5
+        blocks: a message with "block", 5 and 4.
         """
         raise NotImplementedError("TODO: step 1")
 
@@ -156,8 +157,6 @@ class Scheduler:
         - the rows' tokens add up to at most config.max_num_batched_tokens, and
           self._running never holds more than config.max_num_seqs requests;
         - a running request short of blocks gets them from self._make_room (step 4);
-          a request preempted this step has no row in it, and a step that preempted
-          anyone admits nobody;
         - waiting requests are admitted first come first served: when the head of the
           queue cannot go (budget, blocks, or a whole prompt that does not fit without
           chunking), nobody behind it goes. An admitted request counts its prefix-cached

@@ -1,4 +1,9 @@
-"""Phase 00 · Lab 01 (the decode loop): the mistakes its tests must catch, and its steps."""
+"""Phase 00 · Lab 01 (the decode loop): the mistakes its tests must catch, and its steps.
+
+Some mistakes are made in two places of a module at once (a loop that keeps the sequence
+in the caller's prompt list takes the list without copying it and appends to it);
+`_in_two_places` turns such a pair of changes into one `Mutant` over the text between them.
+"""
 
 import pathlib
 import sys
@@ -6,6 +11,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "labs"))
 from mutation import Mutant
 
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 SEQUENCE = "mini_vllm.engine.sequence"
 SAMPLER = "mini_vllm.layers.sampler"
 LOOP = "mini_vllm.teaching.decode_loop"
@@ -18,21 +24,54 @@ STEPS = {
     5: [f"{LOOP}:generate", f"{LOOP}:generate_lockstep"],
 }
 
+STARTER_DIFFERS = {
+    "Sampler.forward": "the starter's Sampler draws through the student's apply_top_k_top_p "
+    "(so that the loop uses the filter of step 2) and leaves out the logits processors "
+    "(min_p, penalties, logit_bias, min_tokens) that the lab does not use; for the same "
+    "logits and generators it draws the same tokens as mini_vllm's",
+}
+
+
+def _in_two_places(first: tuple[str, str], second: tuple[str, str]) -> dict[str, str]:
+    """old/new for one mistake made at two places of the loop's module: the source from
+    the start of `first`'s old text to the end of `second`'s, with both changed."""
+    source = (ROOT / "mini_vllm" / "teaching" / "decode_loop.py").read_text(encoding="utf-8")
+    for old, _ in (first, second):
+        if source.count(old) != 1:
+            raise ValueError(f"{old!r} occurs {source.count(old)} times in {LOOP}")
+    start = source.index(first[0])
+    end = source.index(second[0]) + len(second[0])
+    if start >= end - len(second[0]):
+        raise ValueError("the first change must come before the second")
+    old = source[start:end]
+    new = first[1] + old[len(first[0]) : -len(second[0])] + second[1]
+    return {"old": old, "new": new}
+
+
 MUTANTS = [
     Mutant(
-        name="a prompt of exactly the limit refused",
-        mistake="Refuses a prompt that fills every position, as if the sampled token needed "
-        "one; vLLM (and the engine of Phase 03) serve it and give it one token.",
+        name="a prompt that fills the context served",
+        mistake="Serves a prompt of exactly max_model_len tokens (its one token needs no "
+        "cache slot), so prompt + output pass the context limit; vLLM refuses it, as the "
+        "engine of Phase 03 does.",
         module=LOOP,
-        old="if prompt_len > limit:",
-        new="if prompt_len >= limit:",
+        old="if prompt_len >= limit:",
+        new="if prompt_len > limit:",
     ),
     Mutant(
         name="a prompt one token too long accepted",
         mistake="Accepts a prompt longer than the limit; its positions run past the cache.",
         module=LOOP,
-        old="if prompt_len > limit:",
+        old="if prompt_len >= limit:",
         new="if prompt_len > limit + 1:",
+    ),
+    Mutant(
+        name="a prompt one short of the context refused",
+        mistake="Refuses a prompt of max_model_len - 1 tokens, as if every new token needed "
+        "a cache slot; it fits and gets exactly one token.",
+        module=LOOP,
+        old="if prompt_len >= limit:",
+        new="if prompt_len >= limit - 1:",
     ),
     Mutant(
         name="max_tokens checked before EOS",
@@ -180,5 +219,126 @@ MUTANTS = [
             )
             start = time.perf_counter()
 """,
+    ),
+    Mutant(
+        name="the filter changes the caller's logits",
+        mistake="Masks the caller's logits in place (and returns them), so whoever reads "
+        "them after the filter sees the cut ones.",
+        module=SAMPLER,
+        old="    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)",
+        new="    return logits.scatter_(-1, order, sorted_logits)",
+    ),
+    Mutant(
+        name="the filter returns float32",
+        mistake="Works in float32 and returns float32 logits for bfloat16 or float16 input.",
+        module=SAMPLER,
+        old="    vocab = logits.shape[-1]\n    sorted_logits, order = logits.sort(",
+        new="    logits = logits.float()\n    vocab = logits.shape[-1]\n"
+        "    sorted_logits, order = logits.sort(",
+    ),
+    Mutant(
+        name="top-k of the whole vocabulary cuts one",
+        mistake="Clamps k to vocab - 1, so a top-k of the vocabulary size or more drops the "
+        "least likely token instead of cutting nothing.",
+        module=SAMPLER,
+        old="top_k.clamp(max=vocab)",
+        new="top_k.clamp(max=vocab - 1)",
+    ),
+    Mutant(
+        name="top-p not reached at equality",
+        mistake="Keeps a token while the mass before it is at most p (> instead of >=), so a "
+        "set whose probability equals p exactly takes one token more.",
+        module=SAMPLER,
+        old="drop = mass_before >= top_p.unsqueeze(1)",
+        new="drop = mass_before > top_p.unsqueeze(1)",
+    ),
+    Mutant(
+        name="the sampler skips the filter",
+        mistake="Draws from the temperature-scaled distribution without the top-k / top-p "
+        "filter, so the loop never uses it.",
+        module=SAMPLER,
+        old="        if any(p.top_k > 0 or p.top_p < 1.0 for p in params):",
+        new="        if False:",
+    ),
+    Mutant(
+        name="sample rows in sorted order",
+        mistake="Picks the sample rows with a mask or a sorted index, so their logits come "
+        "back in row order, not in the order asked for.",
+        module=LOOP,
+        old="hidden_states = hidden_states.index_select(0, sample_rows)",
+        new="hidden_states = hidden_states.index_select(0, sample_rows.sort().values)",
+    ),
+    Mutant(
+        name="no-cache reference in float32",
+        mistake="Allocates the no-cache reference's KV cache with the default dtype "
+        "(float32) instead of the model's: a bfloat16 model's attention fails.",
+        module=LOOP,
+        old="        weight.dtype,\n        weight.device,",
+        new="        torch.float32,\n        weight.device,",
+    ),
+    Mutant(
+        name="decode cache in float32",
+        mistake="Allocates the loop's KV cache with the default dtype (float32) instead of "
+        "the model's: a bfloat16 model's attention fails.",
+        module=LOOP,
+        old="        config.head_dim,\n        dtype,\n        device,\n    )",
+        new="        config.head_dim,\n        torch.float32,\n        device,\n    )",
+    ),
+    Mutant(
+        name="the prompt list of the caller grows",
+        mistake="Keeps the sequence in the caller's prompt list, appending each new token "
+        "to it, so the caller's prompt is changed by the call.",
+        module=LOOP,
+        **_in_two_places(
+            (
+                "            result.token_ids.append(token_id)\n",
+                "            result.token_ids.append(token_id)\n"
+                "            prompts[i].append(token_id)\n",
+            ),
+            ("        [list(prompt_token_ids)],", "        [prompt_token_ids],"),
+        ),
+    ),
+    Mutant(
+        name="TTFT clock started after the cache is set up",
+        mistake="Reads the request's arrival after allocating its KV cache, so the TTFT "
+        "leaves out the set-up the user waited for.",
+        module=LOOP,
+        old="""    start = time.perf_counter()  # the request's clock includes allocating its cache
+    kv_caches = allocate_contiguous_kv_caches(
+        config.num_hidden_layers,
+        batch,
+        max_len,
+        config.num_key_value_heads,
+        config.head_dim,
+        dtype,
+        device,
+    )
+""",
+        new="""    kv_caches = allocate_contiguous_kv_caches(
+        config.num_hidden_layers,
+        batch,
+        max_len,
+        config.num_key_value_heads,
+        config.head_dim,
+        dtype,
+        device,
+    )
+    start = time.perf_counter()
+""",
+    ),
+    Mutant(
+        name="token time read before the draw",
+        mistake="Reads the clock when the logits are ready, before the token is drawn and "
+        "copied to the host, so the draw is left out of the TTFT and of every gap.",
+        module=LOOP,
+        old="""                next_ids = sampler(logits, params_list, generators)
+                token_list = next_ids.tolist()
+                # ANCHOR_END: decode_step
+                synchronize(device)
+                now = time.perf_counter()""",
+        new="""                now = time.perf_counter()
+                next_ids = sampler(logits, params_list, generators)
+                token_list = next_ids.tolist()
+                # ANCHOR_END: decode_step""",
     ),
 ]

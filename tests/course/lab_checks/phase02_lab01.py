@@ -271,3 +271,76 @@ STEPS = {
     4: [f"{_B}.free"],
     5: [f"{_B}.cache_full_blocks", f"{_B}.num_cached_tokens"],
 }
+
+MUTANTS += [
+    Mutant(
+        name="fresh blocks taken before the shared ones are revived",
+        mistake="allocate takes its fresh blocks from the front of the pool before it takes the "
+        "shared cached blocks out of it, so a cached block waiting at the front is handed out "
+        "as a fresh block (its key dropped) and shared as well: the table holds it twice, and "
+        "the new tokens' K/V overwrites the prefix the same table reads",
+        module=MODULE,
+        old="        for block_id in shared:\n"
+        "            if self._ref_counts[block_id] == 0:\n"
+        "                del self._free[block_id]  # revive a cached block nobody was holding\n"
+        "            self._ref_counts[block_id] += 1\n"
+        "        seq.block_table.extend(shared)\n"
+        "        seq.block_table.extend(self._take_free_block() for _ in range(num_fresh))\n",
+        new="        fresh = [self._take_free_block() for _ in range(num_fresh)]\n"
+        "        for block_id in shared:\n"
+        "            if self._ref_counts[block_id] == 0:\n"
+        "                del self._free[block_id]  # revive a cached block nobody was holding\n"
+        "            self._ref_counts[block_id] += 1\n"
+        "        seq.block_table.extend(shared)\n"
+        "        seq.block_table.extend(fresh)\n",
+    ),
+    Mutant(
+        name="allocating no tokens is refused",
+        mistake="allocate rejects num_new_tokens == 0 as misuse, though a request none of whose "
+        "tokens is scheduled yet is admitted with no block",
+        module=MODULE,
+        old="if num_new_tokens < 0 or num_cached_tokens < 0",
+        new="if num_new_tokens <= 0 or num_cached_tokens < 0",
+    ),
+    Mutant(
+        name="can_allocate answers misuse with no",
+        mistake="can_allocate returns False for a call allocate would reject as misuse, so a "
+        "caller's bug looks like a full pool and the request waits forever",
+        module=MODULE,
+        old="return self._fits(*self._plan_allocation(seq, num_new_tokens, num_cached_tokens))",
+        new="try:\n"
+        "            return self._fits(\n"
+        "                *self._plan_allocation(seq, num_new_tokens, num_cached_tokens)\n"
+        "            )\n"
+        "        except ValueError:\n"
+        "            return False",
+    ),
+    Mutant(
+        name="can_append answers misuse with no",
+        mistake="can_append returns False for a step past the sequence's last token, so the "
+        "caller's bug looks like a full pool (and would make the scheduler preempt)",
+        module=MODULE,
+        old="return self._num_missing_blocks(seq, num_new_tokens) <= len(self._free)",
+        new="try:\n"
+        "            return self._num_missing_blocks(seq, num_new_tokens) <= len(self._free)\n"
+        "        except ValueError:\n"
+        "            return False",
+    ),
+    Mutant(
+        name="the chain restarts where registration resumes",
+        mistake="cache_full_blocks starts each call's chain from no parent instead of the key "
+        "of the last block already registered, so a block filled by a later step is keyed as "
+        "if it began the sequence and is never found after its real prefix",
+        module=MODULE,
+        old="parent = self._block_hash[seq.block_table[done - 1]] if done else None",
+        new="parent = None",
+    ),
+    Mutant(
+        name="slot mapping includes its end",
+        mistake="slot_mapping returns the slots of start .. end inclusive, one slot too many "
+        "(and an IndexError when end is the table's last position plus one)",
+        module=MODULE,
+        old="return [slot_of(block_table, p, block_size) for p in range(start, end)]",
+        new="return [slot_of(block_table, p, block_size) for p in range(start, end + 1)]",
+    ),
+]

@@ -1,16 +1,19 @@
 """The course's answers to labs/phase-02/lab-01-block-manager/predictions.py.
 
 The lab's tests read this file in place of the student's with `--impl=ref`, and check it
-against what the reference computes (labs/labpredict.py). Each comment says why.
+against what the reference computes (labs/labpredict.py). Each comment says why; the
+worked answers are on book/src/phase-02/EXERCISES.md.
 """
 
 # -- before step 3: growing a table ------------------------------------------------------------
-S3_BLOCKS_AT_8 = 2  # 8 tokens fill two blocks exactly: no third block until position 8
-S3_CAN_FINISH_PROMPT = True  # positions 8 and 9 need one more block, and one is free
-S3_FIRST_REFUSED_POSITION = 12  # the third block holds positions 8 to 11; 12 needs a fourth
+S3_BLOCKS_AFTER_PROMPT = 2  # the sampled token has no K/V yet: no block until a step computes it
+S3_BOTH_DECODE = True  # a's position 8 takes the free block; b's position 7 fits in its block 1
+S3_TOKENS_SAMPLED = 5  # a's 3 blocks hold positions up to 11; each step samples the token after
+#                        the last it computes, so the step that computes 11 samples token 12
 
 # -- before step 5: prefix caching -------------------------------------------------------------
-S5_B_CACHED_TOKENS = 4  # b's second [1, 2, 3, 4] follows a different prefix than a's [5, 6, 7, 8]
-S5_EIGHT_TOKENS_CACHED = 4  # both blocks are cached, but the last token must be computed
-S5_X_TABLE = [3, 2]  # a's tail rejoined the pool first, so x evicts a's last blocks
-S5_A2_CACHED_TOKENS = 8  # a's first two blocks survived; block 2 (tokens 8-11) was taken
+S5_EIGHT_TOKENS_CACHED = 4  # freed blocks stay findable, but the last token must be computed
+S5_B_TABLE = [0, 1, 3]  # a's two cached blocks, then the free block at the front of the pool:
+#                         3, never used, not a's third block 2, which was freed after it
+S5_FREE_AFTER_B = 3  # the two revived blocks leave the pool too: 6 - 2 - 1
+S5_AFTER_DECODE_CACHED = 4  # 8 is sampled, not computed: a's second block is not full of K/V

@@ -157,12 +157,20 @@ MUTANTS = [
         new="            self._running.remove(seq)\n        self._requests.pop(seq.seq_id, None)",
     ),
     Mutant(
-        name="max_model_len boundary",
-        mistake="Rejects a prompt of exactly max_model_len tokens (>= instead of >), though it "
-        "can still sample one token.",
+        name="a prompt that fills max_model_len admitted",
+        mistake="Admits a prompt of exactly max_model_len tokens (> instead of >=): it gets one "
+        "token, and prompt + output pass max_model_len; vLLM refuses it on arrival.",
         module=SCHED,
-        old="if seq.num_prompt_tokens > self.config.max_model_len:",
-        new="if seq.num_prompt_tokens >= self.config.max_model_len:",
+        old="if seq.num_prompt_tokens >= self.config.max_model_len:",
+        new="if seq.num_prompt_tokens > self.config.max_model_len:",
+    ),
+    Mutant(
+        name="a prompt one short of max_model_len refused",
+        mistake="Refuses a prompt of max_model_len - 1 tokens, which has room for exactly one "
+        "output token.",
+        module=SCHED,
+        old="if seq.num_prompt_tokens >= self.config.max_model_len:",
+        new="if seq.num_prompt_tokens >= self.config.max_model_len - 1:",
     ),
     Mutant(
         name="blocks needed rounded down",
@@ -171,5 +179,56 @@ MUTANTS = [
         module=SCHED,
         old="needed = self.block_manager.blocks_needed(seq.num_tokens)",
         new="needed = seq.num_tokens // self.block_manager.block_size",
+    ),
+    Mutant(
+        name="a finished request's id stays taken",
+        mistake="Finishes a request without forgetting its id, so a new request with the id of "
+        "a finished one is refused as a duplicate.",
+        module=SCHED,
+        old="        self._requests.pop(seq.seq_id, None)\n        seq.finish(reason)\n",
+        new="        seq.finish(reason)\n",
+    ),
+    Mutant(
+        name="only one EOS id stops",
+        mistake="Checks the sampled token against one end-of-sequence id, so a model with "
+        "several (Llama 3 has three) runs past the others.",
+        module=SCHED,
+        old="            self.eos_token_ids,\n            num_tokens=seq.num_tokens - pending,",
+        new="            frozenset(sorted(self.eos_token_ids)[:1]),\n"
+        "            num_tokens=seq.num_tokens - pending,",
+    ),
+    Mutant(
+        name="max_model_len stops one token late",
+        mistake="Stops a request once prompt + output pass max_model_len (> instead of >=), "
+        "one token past the context limit.",
+        module="mini_vllm.engine.sequence",
+        old="num_tokens is not None and num_tokens >= max_model_len:",
+        new="num_tokens is not None and num_tokens > max_model_len:",
+    ),
+    Mutant(
+        name="admits with no budget left",
+        mistake="Keeps admitting once the token budget is spent, giving the next request a "
+        "row of zero tokens.",
+        module=SCHED,
+        old="            and self._waiting\n            and budget > 0\n",
+        new="            and self._waiting\n",
+    ),
+    Mutant(
+        name="a preempted request keeps its computed count",
+        mistake="Frees a preempted request's blocks but leaves num_computed_tokens as it was, "
+        "so its next admission skips the tokens whose K/V was just thrown away.",
+        module=SCHED,
+        old="        self.block_manager.free(seq)\n        seq.num_computed_tokens = 0\n"
+        "        seq.status = SequenceStatus.WAITING\n        why = self._why_never_runs(seq)",
+        new="        self.block_manager.free(seq)\n"
+        "        seq.status = SequenceStatus.WAITING\n        why = self._why_never_runs(seq)",
+    ),
+    Mutant(
+        name="a request's preemptions counted once",
+        mistake="Sets the request's preemption count to 1 instead of adding one, so a request "
+        "preempted twice reports one preemption.",
+        module=SCHED,
+        old="        seq.num_preemptions += 1\n",
+        new="        seq.num_preemptions = 1\n",
     ),
 ]

@@ -5,21 +5,26 @@ The model is mini_vllm's `tiny` Llama (random weights, CPU, milliseconds a forwa
 `Recorder` wraps it to see what the loop asks for: the token ids and positions of each
 forward, the attention metadata in force, the logits handed back. It can also force a
 token (an EOS) at a chosen forward, make a forward fail, or move a fake clock by a chosen
-amount in a forward (the clock tests replace `time.perf_counter` with `FakeClock`, so the
-TTFT and the gaps have exact expected values and no test depends on real timing).
-The no-cache reference (`recompute_logits`) is written here, with mini_vllm's model and
-attention backend, so the loop is checked against the model itself, not against your
-own `full_forward_logits`.
+amount in a forward. The clock tests replace `time.perf_counter` with `FakeClock`, which
+moves where real time passes in a request: in setting up its cache, in each forward and
+in each draw of a token, so the TTFT and the gaps have exact expected values and a clock
+read at the wrong moment shows. The no-cache reference (`recompute_logits`) is written
+here, with mini_vllm's model and attention backend, so the loop is checked against the
+model itself, not against your own `full_forward_logits`.
 """
 
 import dataclasses
+import sys
 import time
 
 import pytest
 import torch
 from torch import nn
 
+import mini_vllm.layers.sampler as reference_sampler
+import mini_vllm.teaching.decode_loop as reference_loop
 from labkit import implementation
+from labpredict import check_predictions
 from mini_vllm.attention.contiguous import (
     ContiguousAttentionBackend,
     ContiguousAttentionMetadata,
@@ -28,7 +33,7 @@ from mini_vllm.attention.contiguous import (
 from mini_vllm.config.compilation import CUDAGraphMode
 from mini_vllm.forward_context import get_forward_context, set_forward_context
 from mini_vllm.layers.attention import attention_layers, bind_kv_caches
-from mini_vllm.layers.sampler import Sampler, make_generator
+from mini_vllm.layers.sampler import make_generator
 from mini_vllm.models.loader import load_model
 from mini_vllm.sampling_params import SamplingParams
 from mini_vllm.tokenizer import ByteTokenizer
@@ -42,6 +47,9 @@ impl = implementation(
         "mini_vllm.teaching.decode_loop",
     ],
 )
+answers = implementation(
+    __file__, starter="predictions.py", reference="tests.course.lab_checks.phase00_lab01_answers"
+)
 
 EOS = 257  # the tiny model's end-of-sequence id
 PROMPT = [256, 72, 101, 108, 108, 111, 44, 32, 119]  # BOS + "Hello, w" as bytes
@@ -53,8 +61,20 @@ def tiny():
     return model
 
 
+@pytest.fixture(scope="module")
+def tiny_bf16():
+    model, _, _ = load_model("tiny", device="cpu", dtype=torch.bfloat16, seed=0)
+    return model
+
+
+def home(function):
+    """The module `function` lives in (the starter, or the mini_vllm module it comes from):
+    where the tests swap one of the names it calls for a stand-in."""
+    return sys.modules[function.__module__]
+
+
 class FakeClock:
-    """Stands in for `time.perf_counter`: time moves only when a `Recorder` moves it."""
+    """Stands in for `time.perf_counter`: time moves only when a test moves it."""
 
     def __init__(self, start=1000.0):
         self.now = start
@@ -108,7 +128,7 @@ def recompute_logits(model, token_ids):
         len(token_ids),
         cfg.num_key_value_heads,
         cfg.head_dim,
-        torch.float32,
+        next(model.parameters()).dtype,
         "cpu",
     )
     bind_kv_caches(model, ContiguousAttentionBackend(), caches)
@@ -131,6 +151,38 @@ def greedy(max_tokens, ignore_eos=True):
 
 def no_cache_bound(model):
     return all(layer.kv_cache is None and layer.impl is None for layer in attention_layers(model))
+
+
+def kept(row):
+    return sorted(torch.isfinite(row).nonzero().flatten().tolist())
+
+
+def step2_questions(apply_top_k_top_p):
+    """The README's step 2 questions, answered by `apply_top_k_top_p`."""
+    row = torch.tensor([[0.3, 0.25, 0.2, 0.15, 0.1]]).log()
+    with_top_k = kept(apply_top_k_top_p(row, torch.tensor([3]), torch.tensor([0.7]))[0])
+    without_top_k = kept(apply_top_k_top_p(row, torch.tensor([-1]), torch.tensor([0.7]))[0])
+    equal = torch.zeros(1, 4)
+    num_equal_kept = len(kept(apply_top_k_top_p(equal, torch.tensor([-1]), torch.tensor([0.5]))[0]))
+    return with_top_k, without_top_k, num_equal_kept
+
+
+def step5_questions(loop, model):
+    """The README's step 5 questions, answered by `loop` (a module with `generate` and
+    `full_forward_logits`): the 9-token prompt, greedy, max_tokens=7, EOS ignored; then
+    max_tokens=50 under a context limit of 12."""
+    rec = Recorder(model)
+    result = loop.generate(rec, PROMPT, greedy(7))
+    forwards = len(rec.calls)
+    fed = sum(len(ids) for ids, _, _ in rec.calls)
+    recount = Recorder(model)
+    for k in range(result.num_generated):  # recompute the whole sequence for every token
+        loop.full_forward_logits(recount, PROMPT + result.token_ids[:k])
+    without_cache = sum(len(ids) for ids, _, _ in recount.calls)
+    limited = Recorder(model)
+    capped = loop.generate(limited, PROMPT, greedy(50), max_model_len=12)
+    last_position = max(p for _, positions, _ in limited.calls for p in positions)
+    return forwards, fed, without_cache, len(result.itl_s), capped.num_generated, last_position
 
 
 # -- step 1: the stop rule ------------------------------------------------------------
@@ -166,8 +218,24 @@ def test_check_stop_eos_on_the_last_allowed_token_is_a_stop():
 # -- step 2: top-k and top-p ----------------------------------------------------------
 
 
-def kept(row):
-    return sorted(torch.isfinite(row).nonzero().flatten().tolist())
+@pytest.mark.step2
+def test_your_step2_predictions_match_what_the_reference_computes():
+    with_top_k, without_top_k, num_equal_kept = step2_questions(reference_sampler.apply_top_k_top_p)
+    check_predictions(
+        answers,
+        {
+            "S2_KEPT_WITH_TOP_K": with_top_k,
+            "S2_KEPT_WITHOUT_TOP_K": without_top_k,
+            "S2_EQUAL_LOGITS_KEPT": num_equal_kept,
+        },
+    )
+
+
+@pytest.mark.step2
+def test_the_readme_questions_come_out_the_same_on_your_filter():
+    assert step2_questions(impl.apply_top_k_top_p) == step2_questions(
+        reference_sampler.apply_top_k_top_p
+    )
 
 
 @pytest.mark.step2
@@ -213,6 +281,47 @@ def test_top_k_top_p_settings_are_per_row_and_off_keeps_everything():
     assert torch.equal(out[0], logits[0])  # -1: no top-k
     assert kept(out[1]) == sorted(logits[1].topk(5).indices.tolist())
     assert torch.equal(out[2], logits[2])  # 0: no top-k either
+
+
+@pytest.mark.step2
+def test_top_k_at_or_past_the_vocabulary_keeps_everything():
+    logits = torch.randn(2, 50, generator=torch.Generator().manual_seed(1))
+    out = impl.apply_top_k_top_p(logits, torch.tensor([50, 73]), torch.tensor([1.0, 1.0]))
+    assert torch.equal(out, logits)
+
+
+@pytest.mark.step2
+def test_top_p_is_reached_when_the_mass_equals_p():
+    # Four equal logits: probabilities of exactly 0.25 each. Two tokens reach 0.5 exactly,
+    # so the third is not needed; one token reaches 0.25 exactly.
+    logits = torch.zeros(3, 4)
+    out = impl.apply_top_k_top_p(
+        logits, torch.tensor([-1, -1, -1]), torch.tensor([0.5, 0.25, 0.75])
+    )
+    assert [len(kept(row)) for row in out] == [2, 1, 3], (
+        "a set whose probability equals p reaches p: no further token is kept"
+    )
+
+
+@pytest.mark.step2
+def test_the_filter_leaves_the_callers_logits_as_they_were():
+    logits = torch.randn(2, 30, generator=torch.Generator().manual_seed(2))
+    before = logits.clone()
+    out = impl.apply_top_k_top_p(logits, torch.tensor([3, -1]), torch.tensor([1.0, 0.5]))
+    assert torch.equal(logits, before), "the caller's logits changed: filter a copy"
+    assert out.data_ptr() != logits.data_ptr()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.step2
+def test_the_filter_keeps_the_logits_dtype(dtype):
+    # Top-k 4 keeps 1.0, 0.75, 0.5 and 0.25 (probabilities about 0.35, 0.27, 0.21, 0.17);
+    # the first three reach 0.8.
+    logits = torch.tensor([[0.0, 0.25, -0.5, 0.75, -8.0, 1.0, -2.0, 0.5]], dtype=dtype)
+    out = impl.apply_top_k_top_p(logits, torch.tensor([4]), torch.tensor([0.8]))
+    assert out.dtype == dtype, f"{dtype} logits came back as {out.dtype}"
+    assert kept(out[0]) == [3, 5, 7]
+    assert torch.equal(out[0, [3, 5, 7]], logits[0, [3, 5, 7]]), "kept logits keep their values"
 
 
 # -- step 3: one forward --------------------------------------------------------------
@@ -266,6 +375,18 @@ def test_run_model_step_puts_the_metadata_in_the_forward_context(tiny):
     assert rec.calls[0][2] is metadata
 
 
+@pytest.mark.step3
+def test_run_model_step_returns_the_sample_rows_in_the_order_asked(tiny):
+    expected = recompute_logits(tiny, PROMPT[:6])
+    ids, positions, metadata = bound_prefill(tiny, 6)
+    try:
+        with torch.inference_mode():
+            logits = impl.run_model_step(tiny, ids, positions, metadata, torch.tensor([5, 0, 3]))
+    finally:
+        bind_kv_caches(tiny, None, None)
+    torch.testing.assert_close(logits, expected[[5, 0, 3]], rtol=1e-5, atol=1e-5)
+
+
 # -- step 4: the no-cache reference ---------------------------------------------------
 
 
@@ -297,7 +418,62 @@ def test_full_forward_logits_unbinds_the_cache_when_the_forward_fails(tiny):
     assert no_cache_bound(tiny), "a failing forward must not leave its cache bound to the model"
 
 
+@pytest.mark.step4
+def test_full_forward_logits_runs_a_bfloat16_model_in_its_own_dtype(tiny_bf16):
+    logits = impl.full_forward_logits(tiny_bf16, PROMPT)
+    assert logits.dtype == torch.bfloat16
+    torch.testing.assert_close(logits, recompute_logits(tiny_bf16, PROMPT))  # bf16 tolerances
+    assert no_cache_bound(tiny_bf16)
+
+
 # -- step 5: the loop -----------------------------------------------------------------
+
+
+@pytest.mark.step5
+def test_your_step5_predictions_match_what_the_reference_computes(tiny):
+    forwards, fed, without_cache, gaps, capped, last_position = step5_questions(
+        reference_loop, tiny
+    )
+    check_predictions(
+        answers,
+        {
+            "S5_FORWARDS": forwards,
+            "S5_TOKEN_IDS_FED": fed,
+            "S5_TOKEN_IDS_WITHOUT_CACHE": without_cache,
+            "S5_NUM_GAPS": gaps,
+            "S5_TOKENS_UNDER_LIMIT_12": capped,
+            "S5_LAST_POSITION_FED": last_position,
+        },
+    )
+
+
+@pytest.mark.step5
+def test_the_readme_questions_come_out_the_same_on_your_loop(tiny):
+    assert step5_questions(impl, tiny) == step5_questions(reference_loop, tiny)
+
+
+@pytest.mark.step5
+def test_the_loop_draws_through_your_top_k_top_p_filter(tiny, monkeypatch):
+    """Your step 2 filter is the one the loop uses: swapped here for one that keeps only
+    token 7, every token the loop draws must be 7."""
+    seen = []
+
+    def only_token_7(logits, top_k, top_p):
+        seen.append((top_k.tolist(), [round(p, 6) for p in top_p.tolist()]))
+        out = torch.full_like(logits, float("-inf"))
+        out[:, 7] = logits[:, 7]
+        return out
+
+    monkeypatch.setattr(home(impl.apply_top_k_top_p), "apply_top_k_top_p", only_token_7)
+    params = SamplingParams(
+        temperature=1.0, top_k=5, top_p=0.9, max_tokens=4, seed=3, ignore_eos=True
+    )
+    result = impl.generate(tiny, PROMPT, params)
+    assert seen == [([5], [0.9])] * 4, (
+        "every draw must go through this file's apply_top_k_top_p, with the request's "
+        f"top_k and top_p (calls seen: {seen})"
+    )
+    assert result.token_ids == [7] * 4
 
 
 @pytest.mark.step5
@@ -405,15 +581,50 @@ def test_positions_stay_below_max_model_len(tiny):
     rec = Recorder(tiny)
     limit = len(PROMPT) + 4
     result = impl.generate(rec, PROMPT, greedy(50), max_model_len=limit)
-    assert result.finish_reason == "length"
-    assert len(result.token_ids) >= 4
-    assert max(p for call in rec.calls for p in call[1]) < limit, (
-        "a position at or past the limit has no cache slot"
+    assert (result.num_generated, result.finish_reason) == (4, "length"), (
+        "the request ends once prompt + new tokens fill the context limit"
+    )
+    assert max(p for call in rec.calls for p in call[1]) == limit - 2, (
+        "the last token is sampled, never fed: the largest position fed is limit - 2"
     )
 
 
 @pytest.mark.step5
-def test_prompt_that_does_not_fit_is_refused(tiny):
+def test_prompt_plus_output_never_passes_the_context_limit(tiny):
+    """max_model_len is the longest sequence the engine serves, prompt and output
+    together: a follow-up turn that sends the whole conversation back must still fit."""
+    limit = len(PROMPT) + 2
+    for prompt_len in (limit - 2, limit - 1, limit):
+        prompt = (PROMPT * 2)[:prompt_len]
+        try:
+            result = impl.generate(tiny, prompt, greedy(50), max_model_len=limit)
+        except ValueError:
+            continue
+        total = prompt_len + result.num_generated
+        assert total <= limit, (
+            f"a prompt of {prompt_len} tokens under max_model_len={limit} came back with "
+            f"{result.num_generated} new token(s): {total} tokens in all, more than the "
+            "context holds. Sending that sequence back as the next prompt would be refused."
+        )
+
+
+@pytest.mark.step5
+def test_a_prompt_that_fills_the_context_is_refused_before_any_forward(tiny):
+    rec = Recorder(tiny)
+    try:
+        impl.generate(rec, PROMPT, greedy(4), max_model_len=len(PROMPT))
+    except ValueError:
+        pass
+    else:
+        pytest.fail(
+            "a prompt of max_model_len tokens was served; it leaves no room for a new token, "
+            "and vLLM refuses it when the request arrives (ValueError)"
+        )
+    assert not rec.calls, "a prompt the limit cannot serve is refused before any forward"
+
+
+@pytest.mark.step5
+def test_a_prompt_longer_than_the_context_is_refused_before_any_forward(tiny):
     with pytest.raises(ValueError):
         impl.generate(tiny, PROMPT, greedy(4), max_model_len=len(PROMPT) - 2)
     rec = Recorder(tiny)
@@ -423,15 +634,36 @@ def test_prompt_that_does_not_fit_is_refused(tiny):
 
 
 @pytest.mark.step5
-def test_a_prompt_of_exactly_the_limit_gets_one_token(tiny):
-    """The limit counts positions, and the last token never takes one: it is sampled, not
-    fed back. So a prompt that fills every position still gets its token (vLLM's rule,
-    and the engine's of Phase 03), and the request ends there on the length."""
+def test_a_prompt_one_short_of_the_context_gets_exactly_one_token(tiny):
     rec = Recorder(tiny)
-    result = impl.generate(rec, PROMPT, greedy(4), max_model_len=len(PROMPT))
-    assert (len(result.token_ids), result.finish_reason) == (1, "length")
+    result = impl.generate(rec, PROMPT, greedy(4), max_model_len=len(PROMPT) + 1)
+    assert (result.num_generated, result.finish_reason) == (1, "length")
     assert len(rec.calls) == 1, "one forward: the prefill; nothing is left to decode"
-    assert max(p for call in rec.calls for p in call[1]) < len(PROMPT)
+
+
+@pytest.mark.step5
+def test_a_one_token_prompt_is_a_prefill_of_one_row(tiny):
+    rec = Recorder(tiny)
+    result = impl.generate(rec, [256], greedy(3), max_model_len=4)
+    assert [call[1] for call in rec.calls] == [[0], [1], [2]]
+    assert result.token_ids[0] == int(recompute_logits(tiny, [256])[-1].argmax())
+    assert result.finish_reason == "length"
+
+
+@pytest.mark.step5
+def test_the_callers_prompt_is_left_as_it_was(tiny):
+    prompt = list(PROMPT)
+    result = impl.generate(tiny, prompt, greedy(4))
+    assert prompt == PROMPT, "generate changed the caller's prompt list"
+    assert result.prompt_token_ids == PROMPT
+    assert impl.generate(tiny, tuple(PROMPT), greedy(4)).token_ids == result.token_ids
+
+
+@pytest.mark.step5
+def test_a_bfloat16_model_decodes_with_a_cache_of_its_own_dtype(tiny_bf16):
+    result = impl.generate(tiny_bf16, PROMPT, greedy(3))
+    assert result.num_generated == 3
+    assert result.token_ids[0] == int(recompute_logits(tiny_bf16, PROMPT)[-1].argmax())
 
 
 @pytest.mark.step5
@@ -471,7 +703,7 @@ def test_a_seeded_request_draws_from_one_generator_for_its_whole_life(tiny):
     rec = Recorder(tiny)
     result = impl.generate(rec, PROMPT, params)
     assert len(rec.logits) == 8
-    sampler, generator = Sampler(), make_generator(params, "cpu")
+    sampler, generator = impl.Sampler(), make_generator(params, "cpu")
     expected = [int(sampler(logits, [params], [generator])[0]) for logits in rec.logits]
     assert result.token_ids == expected
 
@@ -503,22 +735,40 @@ def test_ttft_and_inter_token_latencies_are_measured(tiny):
 def test_ttft_runs_from_the_call_to_the_first_token_and_each_itl_between_two_tokens(
     tiny, monkeypatch
 ):
-    # Only the forwards take time on this clock: 2 s for the prefill, then 0.25, 0.5
-    # and 0.125 s for the three decode steps. The call starts at t = 1000.
+    # Time moves where it does in a real request: 0.5 s to set up the cache, 2 s for the
+    # prefill, then 0.25, 0.5 and 0.125 s for the three decode steps, and 1/16 s for every
+    # draw of a token. The call starts at t = 1000.
     clock = FakeClock(start=1000.0)
     monkeypatch.setattr(time, "perf_counter", clock)
+    loop = home(impl.generate)
+    allocate, sampler = loop.allocate_contiguous_kv_caches, loop.Sampler
+
+    def slow_allocate(*args, **kwargs):
+        clock.now += 0.5
+        return allocate(*args, **kwargs)
+
+    class SlowSampler(sampler):
+        def forward(self, *args, **kwargs):
+            clock.now += 0.0625
+            return super().forward(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "allocate_contiguous_kv_caches", slow_allocate)
+    monkeypatch.setattr(loop, "Sampler", SlowSampler)
     rec = Recorder(tiny, clock=clock, durations={0: 2.0, 1: 0.25, 2: 0.5, 3: 0.125})
     arrivals = []
     result = impl.generate(
         rec, PROMPT, greedy(4), on_token=lambda _token, _delta: arrivals.append(clock())
     )
-    assert arrivals == [1002.0, 1002.25, 1002.75, 1002.875], "each token streams as it exists"
-    assert result.ttft_s == pytest.approx(2.0, abs=1e-9), (
-        "TTFT = t(first token) - t(request arrival): the prefill is in it, nothing after"
+    assert arrivals == [1002.5625, 1002.875, 1003.4375, 1003.625], (
+        "each token streams as soon as it exists: after its draw, before the next forward"
     )
-    assert result.itl_s == pytest.approx([0.25, 0.5, 0.125], abs=1e-9), (
-        "ITL i = t(token i + 1) - t(token i): each gap is measured from the token before, "
-        "not from the request's start"
+    assert result.ttft_s == pytest.approx(2.5625, abs=1e-9), (
+        "TTFT = t(first token) - t(request arrival): setting up the cache (0.5 s), the "
+        "prefill (2 s) and the first draw (1/16 s) are all in it, nothing after"
+    )
+    assert result.itl_s == pytest.approx([0.3125, 0.5625, 0.1875], abs=1e-9), (
+        "ITL i = t(token i + 1) - t(token i): each gap runs from the token before, after "
+        "its draw, to this token, after its own draw"
     )
 
 

@@ -59,28 +59,37 @@ def preempt(bm, seq):
 
 def step3_scenario(manager):
     """The README's step 3 scenario on `manager` (a module with BlockManager): a pool of
-    5 blocks of 4. `a` (10-token prompt) computes a first chunk of 5, then 3 more; `b`
-    (8 tokens) is admitted whole; `a` finishes its prompt if it can, then decodes while
-    it can. Returns the answers to the README's questions."""
+    5 blocks of 4. `a` (8-token prompt) is computed whole and samples a token; `b` (7-token
+    prompt) likewise; the next step computes both sampled tokens if the pool lets it; then
+    `a` alone makes room, computes and samples, one token a step, while it can. Returns the
+    answers to the README's questions."""
     bm = manager.BlockManager(5, 4)
-    a = Sequence("a", range(10))
-    bm.allocate(a, 5)
-    a.num_computed_tokens = 5
-    bm.append_slots(a, 3)
+    a = Sequence("a", range(8))
+    bm.allocate(a, 8)
     a.num_computed_tokens = 8
-    blocks_at_8 = len(a.block_table)
-    b = Sequence("b", range(8))
-    bm.allocate(b, 8)
-    b.num_computed_tokens = 8
-    can_finish = bm.can_append(a, 2)
-    bm.append_slots(a, 2)
-    a.num_computed_tokens = 10
-    while True:
-        a.append_token(7)
-        if not bm.can_append(a, 1):
-            return blocks_at_8, can_finish, a.num_computed_tokens
+    a.append_token(7)  # sampled by a's prompt step
+    blocks_after_prompt = len(a.block_table)
+    b = Sequence("b", range(7))
+    bm.allocate(b, 7)
+    b.num_computed_tokens = 7
+    b.append_token(7)
+    both_decode = bm.can_append(a, 1)
+    if both_decode:  # a's step, then b's, each with the pool the one before left
         bm.append_slots(a, 1)
         a.num_computed_tokens += 1
+        a.append_token(7)
+        both_decode = bm.can_append(b, 1)
+        if both_decode:
+            bm.append_slots(b, 1)
+            b.num_computed_tokens += 1
+            b.append_token(7)
+    for _ in range(100):  # a bound, in case a wrong can_append never says no
+        if not bm.can_append(a, 1):
+            break
+        bm.append_slots(a, 1)
+        a.num_computed_tokens += 1
+        a.append_token(7)
+    return blocks_after_prompt, both_decode, a.num_tokens - 8
 
 
 def step5_scenarios(manager):
@@ -93,15 +102,20 @@ def step5_scenarios(manager):
         bm.cache_full_blocks(seq)
         return seq
 
-    bm = manager.BlockManager(4, 4, enable_prefix_caching=True)
-    admit_all(bm, Sequence("a", [1, 2, 3, 4, 5, 6, 7, 8, 9]))
-    b_cached = bm.num_cached_tokens(Sequence("b", [1, 2, 3, 4, 1, 2, 3, 4, 0]))
+    bm = manager.BlockManager(6, 4, enable_prefix_caching=True)
+    bm.free(admit_all(bm, Sequence("a", [1, 2, 3, 4, 5, 6, 7, 8, 9])))
     eight_cached = bm.num_cached_tokens(Sequence("e", [1, 2, 3, 4, 5, 6, 7, 8]))
-    bm = manager.BlockManager(4, 4, enable_prefix_caching=True)
-    bm.free(admit_all(bm, Sequence("a", range(13))))
-    x = admit_all(bm, Sequence("x", [50, 51, 52, 53, 54]))
-    a2_cached = bm.num_cached_tokens(Sequence("a2", range(13)))
-    return b_cached, eight_cached, list(x.block_table), a2_cached
+    b = admit_all(bm, Sequence("b", [1, 2, 3, 4, 5, 6, 7, 8, 9]))
+    b_table, free_after_b = list(b.block_table), bm.num_free_blocks
+    bm = manager.BlockManager(6, 4, enable_prefix_caching=True)
+    d = admit_all(bm, Sequence("d", [1, 2, 3, 4, 5, 6]))
+    d.append_token(7)  # sampled by d's prompt step
+    bm.append_slots(d, 1)  # one decode step computes 7 ...
+    d.num_computed_tokens += 1
+    bm.cache_full_blocks(d)
+    d.append_token(8)  # ... and samples 8
+    after_decode = bm.num_cached_tokens(Sequence("p", [1, 2, 3, 4, 5, 6, 7, 8, 9]))
+    return eight_cached, b_table, free_after_b, after_decode
 
 
 # -- step 1: slots ----------------------------------------------------------------
@@ -205,7 +219,23 @@ def test_allocating_a_sequence_that_holds_blocks_is_a_value_error():
         bm.allocate(seq, 1)  # already has blocks: grow it with append_slots
     with pytest.raises(ValueError):
         bm.allocate(Sequence("b", range(5)), 6)  # more tokens than the sequence has
+    with pytest.raises(ValueError):
+        bm.can_allocate(seq, 1)  # the question is misuse too, not a "no"
+    with pytest.raises(ValueError):
+        bm.can_allocate(Sequence("b", range(5)), 6)
     assert bm.num_used_blocks == 2
+
+
+@pytest.mark.step2
+def test_allocating_no_tokens_takes_no_block():
+    """A request admitted before any of its tokens is scheduled holds no block yet, even
+    when the pool is empty."""
+    bm = impl.BlockManager(2, 4)
+    admit(bm, Sequence("h", range(8)), 8)
+    seq = Sequence("a", range(5))
+    assert bm.can_allocate(seq, 0)
+    bm.allocate(seq, 0)
+    assert seq.block_table == [] and bm.num_free_blocks == 0
 
 
 # -- step 3: append -----------------------------------------------------------------
@@ -213,13 +243,13 @@ def test_allocating_a_sequence_that_holds_blocks_is_a_value_error():
 
 @pytest.mark.step3
 def test_your_step3_predictions_match_what_the_reference_computes():
-    blocks_at_8, can_finish, refused_at = step3_scenario(reference)
+    blocks_after_prompt, both_decode, tokens_sampled = step3_scenario(reference)
     check_predictions(
         answers,
         {
-            "S3_BLOCKS_AT_8": blocks_at_8,
-            "S3_CAN_FINISH_PROMPT": can_finish,
-            "S3_FIRST_REFUSED_POSITION": refused_at,
+            "S3_BLOCKS_AFTER_PROMPT": blocks_after_prompt,
+            "S3_BOTH_DECODE": both_decode,
+            "S3_TOKENS_SAMPLED": tokens_sampled,
         },
     )
 
@@ -285,9 +315,13 @@ def test_computing_past_the_last_token_is_a_value_error():
     seq = admit(bm, Sequence("a", range(5)), 5)
     with pytest.raises(ValueError):
         bm.append_slots(seq, 1)  # all 5 tokens computed, there is no 6th
+    with pytest.raises(ValueError):
+        bm.can_append(seq, 1)  # the question is misuse too, not a "no"
     seq.append_token(9)
     with pytest.raises(ValueError):
         bm.append_slots(seq, 2)
+    with pytest.raises(ValueError):
+        bm.can_append(seq, -1)
     assert len(seq.block_table) == 2 and bm.num_used_blocks == 2
 
 
@@ -319,19 +353,33 @@ def test_freed_blocks_are_handed_out_again():
     assert again.block_table == [] and bm.num_free_blocks == 0
 
 
+@pytest.mark.step4
+def test_free_hands_a_tables_blocks_back_last_block_first():
+    """The pool hands out the block free the longest first; of one table's blocks, the last
+    must come out first and the first last."""
+    bm = impl.BlockManager(6, 4)
+    a = admit(bm, Sequence("a", range(16)), 16)  # 4 blocks; 2 never-used blocks stay free
+    table = list(a.block_table)
+    bm.free(a)
+    never_used = admit(bm, Sequence("x", range(8)), 8)
+    assert not set(never_used.block_table) & set(table)
+    assert admit(bm, Sequence("y", range(4)), 4).block_table == [table[3]]
+    assert admit(bm, Sequence("z", range(12)), 12).block_table == [table[2], table[1], table[0]]
+
+
 # -- step 5: prefix caching ---------------------------------------------------------
 
 
 @pytest.mark.step5
 def test_your_step5_predictions_match_what_the_reference_computes():
-    b_cached, eight_cached, x_table, a2_cached = step5_scenarios(reference)
+    eight_cached, b_table, free_after_b, after_decode = step5_scenarios(reference)
     check_predictions(
         answers,
         {
-            "S5_B_CACHED_TOKENS": b_cached,
             "S5_EIGHT_TOKENS_CACHED": eight_cached,
-            "S5_X_TABLE": x_table,
-            "S5_A2_CACHED_TOKENS": a2_cached,
+            "S5_B_TABLE": b_table,
+            "S5_FREE_AFTER_B": free_after_b,
+            "S5_AFTER_DECODE_CACHED": after_decode,
         },
     )
 
@@ -342,9 +390,10 @@ def test_the_readme_scenarios_run_the_same_on_your_code():
 
 
 @pytest.mark.step5
-def test_a_prefix_computed_twice_side_by_side_stays_findable_while_either_copy_lives():
-    """a and b compute the same prompt in the same step, each in its own blocks. When b's
-    copy is gone, a still holds the same K/V: it must still be found."""
+def test_a_prefix_computed_twice_side_by_side_stays_findable_while_its_first_copy_lives():
+    """a and b compute the same prompt in the same step, each in its own blocks; a's copy
+    is registered first. When b's copy is gone, a still holds the same K/V: it must still
+    be found."""
     bm = impl.BlockManager(6, 4, enable_prefix_caching=True)
     a = admit(bm, Sequence("a", range(9)), 9)
     b = admit(bm, Sequence("b", range(9)), 9)
@@ -515,15 +564,37 @@ def test_reviving_a_cached_block_uses_up_a_free_block():
 
 
 @pytest.mark.step5
-def test_free_releases_the_tail_first_so_the_prefix_survives_longest():
-    """The README's question: which of a's blocks does x take?"""
+def test_a_finished_requests_prefix_outlives_its_tail_in_the_pool():
     bm = impl.BlockManager(4, 4, enable_prefix_caching=True)
     a = admit_cached(bm, Sequence("a", range(13)))  # 4 blocks, the first 3 registered
+    table = list(a.block_table)
     bm.free(a)
-    admit_cached(bm, Sequence("x", [50, 51, 52, 53, 54]))  # takes 2 of the 4 free blocks
+    x = admit_cached(bm, Sequence("x", [50, 51, 52, 53, 54]))  # takes 2 of the 4 free blocks
+    assert x.block_table == [table[3], table[2]]
     assert bm.num_cached_tokens(Sequence("a2", range(13))) == 8
     admit_cached(bm, Sequence("y", [60]))  # one more: the second block goes
     assert bm.num_cached_tokens(Sequence("a3", range(13))) == 4
+
+
+@pytest.mark.step5
+def test_a_cached_prefix_at_the_front_of_the_pool_is_shared_not_overwritten():
+    """b shares a's cached block 0, which waits at the front of the pool, and needs one
+    fresh block for its fifth token. If block 0 were handed out as that fresh block as
+    well, b's table would hold it twice and b's token 99 would overwrite, in the very
+    block b reads its prefix from, the K/V of position 0."""
+    bm = impl.BlockManager(2, 4, enable_prefix_caching=True)
+    a = admit_cached(bm, Sequence("a", [0, 1, 2, 3]))  # one block, full and registered
+    c = admit_cached(bm, Sequence("c", [50, 51, 52, 53]))  # the other block
+    cached_block = a.block_table[0]
+    bm.free(a)
+    bm.free(c)  # both free; a's cached block has waited the longest
+    b = Sequence("b", [0, 1, 2, 3, 99])
+    assert bm.num_cached_tokens(b) == 4
+    admit_cached(bm, b)
+    assert b.block_table[0] == cached_block
+    assert len(set(b.block_table)) == 2, f"b's table holds one block twice: {b.block_table}"
+    assert [bm.ref_count(x) for x in b.block_table] == [1, 1]
+    assert bm.num_cached_tokens(Sequence("d", [0, 1, 2, 3, 7])) == 4  # still found
 
 
 @pytest.mark.step5

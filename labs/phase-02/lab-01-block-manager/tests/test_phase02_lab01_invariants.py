@@ -27,7 +27,7 @@ impl = implementation(
     __file__, starter="block_manager.py", reference="mini_vllm.engine.block_manager"
 )
 
-NUM_BLOCKS, BLOCK_SIZE = 10, 2
+NUM_BLOCKS, BLOCK_SIZE = 6, 2
 
 OPERATIONS = st.lists(
     st.tuples(
@@ -144,6 +144,9 @@ class World:
             assert seq.block_table == []
         for seq in self.live:
             assert len(seq.block_table) == bm.blocks_needed(seq.num_computed_tokens)
+            assert len(set(seq.block_table)) == len(seq.block_table), (
+                f"{seq.seq_id}'s table holds one block twice: {seq.block_table}"
+            )
         for block, count in holders.items():
             if count == 1:
                 continue

@@ -2,9 +2,11 @@
 
 The fake model uses only the SchedulerOutput: it writes each new token into a fake KV
 cache through the slot mapping, reads each row's context back through its block
-table, and picks the next token as a fixed function of that context. So every
-request must end with exactly the tokens it gets when run alone, however the
-scheduler batched, chunked or preempted it.
+table, and picks the next token as a fixed function of that context. It returns a
+token for every row, as a runner may: a row that does not sample (a prompt chunk short
+of the prompt's end) gets one too, which the scheduler must ignore. So every request
+must end with exactly the tokens it gets when run alone, however the scheduler
+batched, chunked or preempted it.
 
 Every step of the engine is also checked against the invariants any correct scheduler
 keeps: the token budget and max_num_seqs hold, no request has two rows, a request is
@@ -16,12 +18,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import mini_vllm.engine.scheduler as reference
 from labkit import implementation
+from labpredict import check_predictions
 from mini_vllm.engine.block_manager import BlockManager, slot_mapping, slot_of
 from mini_vllm.engine.sequence import FinishReason, Sequence, SequenceStatus
 from mini_vllm.sampling_params import SamplingParams
 
 impl = implementation(__file__, starter="scheduler.py", reference="mini_vllm.engine.scheduler")
+answers = implementation(
+    __file__, starter="predictions.py", reference="tests.course.lab_checks.phase03_lab01_answers"
+)
 
 VOCAB, EOS = 24, 0
 
@@ -49,8 +56,8 @@ def blocks_for(num_tokens, block_size):
 def alone(seq, max_model_len, num_blocks, block_size):
     """(output tokens, finish reason) of the request run by itself."""
     tokens, out = list(seq.prompt_token_ids), []
-    if len(tokens) > max_model_len or blocks_for(len(tokens), block_size) > num_blocks:
-        return [], FinishReason.ERROR
+    if len(tokens) >= max_model_len or blocks_for(len(tokens), block_size) > num_blocks:
+        return [], FinishReason.ERROR  # no room for an output token, or for the prompt
     while True:
         tokens.append(next_token(tokens))
         out.append(tokens[-1])
@@ -79,7 +86,7 @@ class FakeModel:
                 self.kv[slot_of(row.block_table, p, out.block_size)] for p in range(row.context_len)
             ]
             assert context == row.seq.tokens(0, row.context_len), f"KV of {row.seq_id!r} is corrupt"
-            sampled.append(next_token(context) if row.samples_token else None)
+            sampled.append(next_token(context))  # for every row: the scheduler picks
         return sampled
 
 
@@ -140,7 +147,10 @@ class Engine:
         assert not preempted & set(ids), f"{out}: a request preempted in it is scheduled in it"
         if preempted:
             admitted = [i for i in ids if i not in self.running]
-            assert not admitted, f"{out}: admitted {admitted} in a step that preempted"
+            assert not admitted, (
+                f"{out}: admitted {admitted} in a step that preempted {sorted(preempted)}: "
+                "the blocks just freed go to requests that will want them back next step"
+            )
         self.running = (self.running | set(ids)) - preempted - {s.seq_id for s in out.failed}
         bs = out.block_size
         for row in out.scheduled:
@@ -173,6 +183,9 @@ class Engine:
             assert seq.block_table == []
         assert bm.num_free_blocks == bm.num_blocks, "blocks leaked"
         assert not self.sched.has_unfinished_requests()
+        assert sum(seq.num_preemptions for seq in self.added) == self.sched.num_preemptions, (
+            "each request counts its own preemptions; the scheduler counts them all"
+        )
 
 
 def req(seq_id, prompt_len, max_tokens=8, ignore_eos=True, offset=0):
@@ -184,20 +197,109 @@ def rows(out):
     return [(r.seq_id, r.num_computed_tokens, r.num_new_tokens) for r in out.scheduled]
 
 
+def drive(scheduler, config, num_blocks, requests, block_size=4):
+    """Run `requests` to the end on `scheduler` (a module with Scheduler and
+    SchedulerConfig), every sampled token a 7; returns the scheduler and its outputs."""
+    sched = scheduler.Scheduler(
+        scheduler.SchedulerConfig(**config), BlockManager(num_blocks, block_size)
+    )
+    for seq in requests:
+        sched.add_request(seq)
+    outputs = []
+    while sched.has_unfinished_requests():
+        outputs.append(sched.schedule())
+        sched.update_from_output(outputs[-1], [7] * outputs[-1].num_reqs)
+        assert len(outputs) < 200, "the scheduler stopped making progress"
+    return sched, outputs
+
+
+def step2_questions(scheduler):
+    """The README's step 2 questions, answered by `scheduler`: a, b, c and d (prompts of
+    4, 7, 2 and 3 tokens) arrive together; max_num_seqs=3, chunked prefill, 64 blocks of
+    4; the first step with a budget of 10 tokens, then with one of 32."""
+    found = []
+    for budget in (10, 32):
+        config = scheduler.SchedulerConfig(
+            max_num_seqs=3, max_num_batched_tokens=budget, max_model_len=64
+        )
+        sched = scheduler.Scheduler(config, BlockManager(64, 4))
+        for name, prompt_len in (("a", 4), ("b", 7), ("c", 2), ("d", 3)):
+            sched.add_request(req(name, prompt_len))
+        found.append((sched.schedule(), sched.get_request_counts()))
+    (first, counts), (_, roomy_counts) = found
+    b = next((row for row in first.scheduled if row.seq_id == "b"), None)
+    b_tokens, b_samples = (b.num_new_tokens, b.samples_token) if b else (0, False)
+    return b_tokens, b_samples, list(counts), roomy_counts[0]
+
+
+def step3_questions(scheduler):
+    """The README's step 3 questions: max_model_len=16, a budget of 32, prompts of 16
+    (w), 15 (x) and 12 (z) tokens, max_tokens=8; one step, every sampled token a 7."""
+    config = scheduler.SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=32, max_model_len=16)
+    sched = scheduler.Scheduler(config, BlockManager(64, 4))
+    x = req("x", 15)
+    for seq in (req("w", 16), x, req("z", 12)):
+        sched.add_request(seq)
+    out = sched.schedule()
+    done = sched.update_from_output(out, [7] * out.num_reqs)
+    reason = None if x.finish_reason is None else str(x.finish_reason)
+    return [seq.seq_id for seq in done], reason, list(sched.get_request_counts())
+
+
+def step5_questions(scheduler):
+    """The README's step 5 questions: the run of question 1, then the run of the
+    decision (two blocks of 4, a budget of 5)."""
+    sched, outputs = drive(
+        scheduler,
+        dict(max_num_seqs=2, max_num_batched_tokens=32, max_model_len=64),
+        4,
+        [req("a", 6, max_tokens=6), req("b", 5, max_tokens=6), req("c", 3, max_tokens=6)],
+    )
+    first = next((i for i, out in enumerate(outputs) if out.preempted_ids), None)
+    victim = outputs[first].preempted_ids[0] if first is not None else None
+    back = [
+        row.num_new_tokens
+        for out in outputs[(first or 0) + 1 :]
+        for row in out.scheduled
+        if row.seq_id == victim and row.num_computed_tokens == 0
+    ]
+    two_blocks, two_block_outputs = drive(
+        scheduler,
+        dict(max_num_seqs=3, max_num_batched_tokens=5, max_model_len=64),
+        2,
+        [req("a", 3, max_tokens=5), req("b", 6, max_tokens=2)],
+    )
+    computed = sum(out.total_num_tokens for out in two_block_outputs)
+    return first, victim, back[0] if back else None, sched.num_preemptions, computed
+
+
 # -- step 1: requests that can never run ---------------------------------------------
 
 
 @pytest.mark.step1
 def test_prompt_longer_than_max_model_len_fails_at_once_with_a_clear_error():
     engine = Engine(max_num_batched_tokens=16, max_model_len=16)
-    ok1, bad, ok2 = req("ok1", 5), req("too_long", 17), req("ok2", 16)
+    ok1, bad, ok2 = req("ok1", 5), req("too_long", 17), req("ok2", 15)
     engine.add(ok1, bad, ok2)
     assert bad.finish_reason is FinishReason.ERROR and bad.status is SequenceStatus.FINISHED
     assert "max_model_len" in bad.error and "17" in bad.error and "16" in bad.error
-    # A prompt of exactly max_model_len tokens is allowed (it can sample one token).
+    # A prompt one short of max_model_len is allowed: it has room for one output token.
     assert ok1.status is ok2.status is SequenceStatus.WAITING and ok2.error is None
     assert engine.sched.get_request_counts() == (0, 2)
     assert engine.sched.has_unfinished_requests()
+
+
+@pytest.mark.step1
+def test_a_prompt_that_fills_max_model_len_fails_at_once():
+    engine = Engine(max_num_batched_tokens=16, max_model_len=16)
+    full, ok = req("fills_the_context", 16), req("ok", 15)
+    engine.add(full, ok)
+    assert full.finish_reason is FinishReason.ERROR, (
+        "a 16-token prompt under max_model_len=16 leaves no room for an output token: "
+        "prompt + output would pass max_model_len (vLLM refuses such a prompt too)"
+    )
+    assert "max_model_len" in full.error and "16" in full.error
+    assert ok.status is SequenceStatus.WAITING and ok.error is None
 
 
 @pytest.mark.step1
@@ -212,6 +314,25 @@ def test_request_bigger_than_the_whole_cache_fails_at_once_with_a_clear_error():
 
 
 # -- step 2: one step: who gets in ---------------------------------------------------
+
+
+@pytest.mark.step2
+def test_your_step2_predictions_match_what_the_reference_computes():
+    b_tokens, b_samples, counts, running = step2_questions(reference)
+    check_predictions(
+        answers,
+        {
+            "S2_B_FIRST_CHUNK": b_tokens,
+            "S2_B_SAMPLES": b_samples,
+            "S2_REQUEST_COUNTS": counts,
+            "S2_RUNNING_WITH_BUDGET_32": running,
+        },
+    )
+
+
+@pytest.mark.step2
+def test_the_readme_questions_come_out_the_same_on_your_scheduler():
+    assert step2_questions(impl) == step2_questions(reference)
 
 
 @pytest.mark.step2
@@ -305,6 +426,50 @@ def test_schedule_twice_without_update_is_an_error():
 
 
 # -- step 3: after the forward -------------------------------------------------------
+
+
+@pytest.mark.step3
+def test_your_step3_predictions_match_what_the_reference_computes():
+    finished, x_reason, counts = step3_questions(reference)
+    check_predictions(
+        answers,
+        {
+            "S3_FINISHED": finished,
+            "S3_X_FINISH_REASON": x_reason,
+            "S3_REQUEST_COUNTS": counts,
+        },
+    )
+
+
+@pytest.mark.step3
+def test_the_readme_step3_questions_come_out_the_same_on_your_scheduler():
+    assert step3_questions(impl) == step3_questions(reference)
+
+
+@pytest.mark.step3
+def test_every_eos_id_stops_a_request():
+    engine = Engine(max_num_batched_tokens=16, max_model_len=64, eos=(EOS, 5))
+    first, second, third = (
+        Sequence(name, [1, 2, 3], SamplingParams(max_tokens=5)) for name in ("f", "s", "t")
+    )
+    engine.add(first, second, third)
+    done = engine.update(engine.schedule(), [EOS, 5, 6])
+    assert done == [first, second], "every id of eos_token_id ends a request"
+    assert second.finish_reason is FinishReason.STOP and third.status is SequenceStatus.RUNNING
+
+
+@pytest.mark.step3
+def test_a_finished_requests_id_can_be_used_again():
+    engine = Engine(max_num_batched_tokens=16, max_model_len=64)
+    first = req("same", 4, max_tokens=1)
+    engine.add(first)
+    engine.step()
+    assert first.is_finished
+    again = req("same", 5, max_tokens=1)
+    engine.add(again)  # the id is free again once its request has finished
+    assert again.status is SequenceStatus.WAITING
+    engine.step()
+    assert again.num_output_tokens == 1 and again.finish_reason is FinishReason.LENGTH
 
 
 @pytest.mark.step3
@@ -566,6 +731,45 @@ def test_any_workload_with_room_ends_as_if_each_request_ran_alone(workload):
 
 
 # -- step 5: preemption --------------------------------------------------------------
+
+
+@pytest.mark.step5
+def test_your_step5_predictions_match_what_the_reference_computes():
+    first, victim, recomputed, preemptions, computed = step5_questions(reference)
+    check_predictions(
+        answers,
+        {
+            "S5_FIRST_PREEMPTION_STEP": first,
+            "S5_FIRST_VICTIM": victim,
+            "S5_RECOMPUTED_TOKENS": recomputed,
+            "S5_PREEMPTIONS": preemptions,
+            "S5_TWO_BLOCKS_TOKENS_COMPUTED": computed,
+        },
+    )
+
+
+@pytest.mark.step5
+def test_the_readme_runs_come_out_the_same_on_your_scheduler():
+    assert step5_questions(impl) == step5_questions(reference)
+
+
+@pytest.mark.step5
+def test_a_step_that_preempted_admits_nobody_or_the_victims_work_is_thrown_away():
+    """Two blocks of 4, a budget of 5: a (3-token prompt) and b (6 tokens) fill both
+    blocks in step 0. In step 1 b's next chunk needs a block, and b preempts itself."""
+    sched, outputs = drive(
+        impl,
+        dict(max_num_seqs=3, max_num_batched_tokens=5, max_model_len=64),
+        2,
+        [req("a", 3, max_tokens=5), req("b", 6, max_tokens=2)],
+    )
+    computed = sum(out.total_num_tokens for out in outputs)
+    assert (computed, sched.num_preemptions) == (16, 1), (
+        f"{computed} tokens computed and {sched.num_preemptions} preemption(s) for work "
+        "that needs 16 and 1: a request admitted in the step that preempted took the "
+        "blocks just freed, which a running request needed a step later, so it was "
+        "preempted in turn and its computed tokens thrown away"
+    )
 
 
 @pytest.mark.step5
