@@ -6,8 +6,8 @@ paths on NCCL, and the decode step at TP=1 and TP=2 side by side on one host.
         [--batches 1,32] [--modes eager,graphs] [--out DIR] [--skip-checks]
 
 1. Correctness: `tiny` in float32, greedy, with log-probabilities: TP=2 (one process a GPU,
-   NCCL) eager, with FULL_AND_PIECEWISE graphs, and compiled with graphs (the default on a
-   GPU), each against TP=1 eager: tokens equal and the largest log-probability difference;
+   NCCL) eager, with FULL_AND_PIECEWISE graphs (the default on a GPU), and compiled with
+   graphs, each against TP=1 eager: tokens equal and the largest log-probability difference;
    then the default mode under `torchrun --nproc-per-node 2` (`external_launcher`).
 2. Failure paths with graphs: a worker killed in the middle of a generation, and a worker
    that stops answering (SIGSTOP); how long until rank 0 raises, what it says, and whether
@@ -16,7 +16,7 @@ paths on NCCL, and the decode step at TP=1 and TP=2 side by side on one host.
    random weights), and for each batch decodes 64 tokens for every request; the step time
    is the median wall time between consecutive `LLMEngine.step` returns over the steps where
    every request decodes. Modes: `eager` (enforce_eager), `graphs` (the GPU default:
-   compiled, FULL_AND_PIECEWISE).
+   FULL_AND_PIECEWISE graphs), `compiled` (VLLM_COMPILE and the same graphs).
 
 Writes DIR/tp-decode.md (default out/gpu). Needs two NVIDIA GPUs.
 """
@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
 MODES = {
     "eager": {"enforce_eager": True},
     "graphs-only": {"cudagraph_mode": "full_and_piecewise", "compilation_mode": "none"},
-    "graphs": {},  # the default on a GPU: compiled, FULL_AND_PIECEWISE graphs
+    "graphs": {},  # the default on a GPU: FULL_AND_PIECEWISE graphs, no compilation
+    "compiled": {"compilation_mode": "vllm_compile"},  # and the graphs of the default
 }
 
 CORRECTNESS = """
@@ -165,8 +166,8 @@ def checks(lines: list[str], modes: dict) -> None:
         ok = done.returncode == 0 and len(ranks) == 2 and all(r == expected for r in ranks)
         why = next((r["error"] for r in ranks if isinstance(r, dict)), done.stderr[-2500:])
         lines.append(
-            "- torchrun --nproc-per-node 2 (external_launcher, the GPU default: compiled, "
-            f"graphs): both ranks give the one-GPU tokens: {ok}"
+            "- torchrun --nproc-per-node 2 (external_launcher, the GPU default: "
+            f"FULL_AND_PIECEWISE graphs): both ranks give the one-GPU tokens: {ok}"
             + ("" if ok else f"\n\n```text\n{why}\n```\n")
         )
         print(lines[-1], flush=True)
@@ -195,7 +196,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="llama-3.2-1b-like,llama-3.1-8b-like")
     parser.add_argument("--batches", default="1,32")
-    parser.add_argument("--modes", default="eager,graphs")
+    parser.add_argument("--modes", default="eager,graphs,compiled")
     parser.add_argument("--out", default="out/gpu")
     parser.add_argument("--skip-checks", action="store_true")
     args = parser.parse_args()

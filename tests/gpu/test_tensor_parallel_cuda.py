@@ -46,7 +46,7 @@ def one_gpu():
     "options",
     [
         {"cudagraph_mode": "full_and_piecewise", "compilation_mode": "none"},
-        {},  # the GPU default: compiled, FULL_AND_PIECEWISE graphs
+        {"cudagraph_mode": "full_and_piecewise", "compilation_mode": "vllm_compile"},
     ],
     ids=["graphs", "compiled-graphs"],
 )
