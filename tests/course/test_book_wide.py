@@ -25,7 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "book" / "src"
 RESULTS = ROOT / "benchmarks" / "results"
-PHASES = [f"{n:02d}" for n in range(7)]
+PHASES = [f"{n:02d}" for n in range(8)]
 VLLM_PIN = "9aaf83ef502fc37bc647f6e474314d48ba36cd1c"
 
 
