@@ -179,7 +179,8 @@ def init_distributed_environment(
     `rank`). `timeout_s` bounds every collective: a rank that is gone or on another step
     turns into an error on the others after that long, never a hang. Meeting the other
     ranks may take longer (each starts a Python and imports torch first): with a
-    `tcp://host:port` method the rendezvous waits up to `RENDEZVOUS_TIMEOUT_S`."""
+    `tcp://host:port` or a `file://path` method the rendezvous waits up to
+    `RENDEZVOUS_TIMEOUT_S`."""
     if dist.is_initialized():
         raise RuntimeError(
             "torch.distributed is already initialised in this process: one tensor-parallel "
@@ -191,15 +192,14 @@ def init_distributed_environment(
         # turns it into an error the engine's caller can catch.
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
     options = dict(init_method=distributed_init_method)
+    meeting = datetime.timedelta(seconds=max(timeout_s, RENDEZVOUS_TIMEOUT_S))
     if distributed_init_method.startswith("tcp://"):
         host, port = distributed_init_method.removeprefix("tcp://").rsplit(":", 1)
-        store = dist.TCPStore(
-            host,
-            int(port),
-            world_size,
-            is_master=rank == 0,
-            timeout=datetime.timedelta(seconds=max(timeout_s, RENDEZVOUS_TIMEOUT_S)),
-        )
+        store = dist.TCPStore(host, int(port), world_size, is_master=rank == 0, timeout=meeting)
+        options = dict(store=store)
+    elif distributed_init_method.startswith("file://"):
+        store = dist.FileStore(distributed_init_method.removeprefix("file://"), world_size)
+        store.set_timeout(meeting)
         options = dict(store=store)
     dist.init_process_group(
         backend=backend,
