@@ -27,8 +27,24 @@ import json
 import os
 import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 ENV_VAR = "MINI_VLLM_MUTANT"
+
+
+def _source_file(module: str) -> str | None:
+    """The file `module` would be loaded from, found without importing it or its packages:
+    a package's __init__ often imports its modules, the very one a change is for."""
+    top, *rest = module.split(".")
+    spec = importlib.util.find_spec(top)  # a top-level name is found, not imported
+    if spec is None or not rest:
+        return spec.origin if spec is not None else None
+    for location in spec.submodule_search_locations or []:
+        folder = Path(location).joinpath(*rest[:-1])
+        for candidate in (folder / f"{rest[-1]}.py", folder / rest[-1] / "__init__.py"):
+            if candidate.is_file():
+                return str(candidate)
+    return None
 
 
 @dataclass(frozen=True)
@@ -47,10 +63,10 @@ class Mutant:
         return cls(**json.loads(text))
 
     def source_path(self) -> str:
-        spec = importlib.util.find_spec(self.module)
-        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        origin = _source_file(self.module)
+        if origin is None or not origin.endswith(".py"):
             raise ValueError(f"mutant {self.name!r}: no Python source for module {self.module}")
-        return spec.origin
+        return origin
 
     def mutated_source(self) -> str:
         """The module's source with the mistake in it; raises if `old` is not there exactly once."""
@@ -87,8 +103,7 @@ class Stubs:
 def _stubbed_source(module: str, qualnames: list[str]) -> str:
     import ast
 
-    spec = importlib.util.find_spec(module)
-    with open(spec.origin, encoding="utf-8") as f:
+    with open(_source_file(module), encoding="utf-8") as f:
         tree = ast.parse(f.read())
     missing = set(qualnames)
 

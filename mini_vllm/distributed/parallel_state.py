@@ -79,6 +79,8 @@ class GroupCoordinator:
         dist.all_gather(parts, x.contiguous(), group=self.device_group)
         return torch.cat(parts, dim=dim)
 
+    # ANCHOR_END: group_coordinator
+    # ANCHOR: agreement_checks
     def all_reduce_min(self, value: int) -> int:
         """The smallest of the ranks' `value` (an int on the host), over the CPU group."""
         if self.world_size == 1:
@@ -107,7 +109,7 @@ class GroupCoordinator:
             )
 
 
-# ANCHOR_END: group_coordinator
+# ANCHOR_END: agreement_checks
 
 
 def _short(value: object, limit: int = 200) -> str:

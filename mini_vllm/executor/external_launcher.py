@@ -73,9 +73,14 @@ def launcher_env(tensor_parallel_size: int) -> tuple[int, int, int]:
 
 # ANCHOR: fingerprint
 def schedule_fingerprint(output) -> int:
-    """A number that differs (almost surely) when two ranks scheduled different steps: the
-    rows' ids, their new tokens and their cached tokens, in order."""
-    rows = [(s.seq_id, s.num_new_tokens, s.num_computed_tokens) for s in output.scheduled]
+    """A number that differs (almost surely) when two ranks scheduled different steps: each
+    row's id, new-token count, cached tokens and new token ids, in row order. The ids count:
+    prompts that differ in their tokens alone give rows of the same shapes, whose forward
+    would mix the two prompts on every rank with no collective failing."""
+    rows = [
+        (s.seq_id, s.num_new_tokens, s.num_computed_tokens, s.new_token_ids)
+        for s in output.scheduled
+    ]
     return zlib.crc32(repr(rows).encode())
 
 
@@ -165,11 +170,14 @@ class ExternalLauncherExecutor:
 
     # ANCHOR_END: execute_model
 
+    # ANCHOR: agree
     def _agree(self, value: int) -> bool:
         """Whether every rank holds the same `value`: the largest equals the smallest."""
         bounds = torch.tensor([value, -value], dtype=torch.long)
         dist.all_reduce(bounds, op=dist.ReduceOp.MAX, group=get_tp_group().cpu_group)
         return int(bounds[0]) == -int(bounds[1])
+
+    # ANCHOR_END: agree
 
     def _fail(self, what: str, cause: BaseException | None = None):
         self._failure = (

@@ -39,6 +39,8 @@ SCRIPT = textwrap.dedent(
         params = dict(params, temperature=0.8)
     if mode == "diverge" and rank == 1:
         prompts = [[3, 3, 3]] + prompts[1:]  # this rank's script went another way
+    if mode == "same-length" and rank == 1:
+        prompts = [[9, 9, 9, 9, 9]] + prompts[1:]  # another prompt of the same length
     graphs = {{}}
     if mode == "ladder":  # this rank's script asks for other graphs than the other's
         graphs = dict(cudagraph_mode="full_and_piecewise",
@@ -106,6 +108,16 @@ def test_a_rank_whose_script_diverges_is_an_error_on_every_rank_not_a_hang(tmp_p
         )
         assert "same requests, in the same order" in result["error"]
     assert seconds < 120  # start-up included; the disagreement itself is caught at once
+
+
+def test_a_rank_whose_prompt_differs_only_in_its_tokens_is_an_error_not_garbage(tmp_path):
+    # Same shapes on both ranks: only the token ids tell the two schedules apart.
+    done, results, _ = torchrun(tmp_path, "same-length")
+    assert done.returncode != 0
+    for rank, result in enumerate(results):
+        assert "scheduled another step than some other rank" in result.get("error", ""), (
+            f"rank {rank}: {result}"
+        )
 
 
 def test_ranks_that_would_capture_other_graphs_fail_at_start_naming_both(tmp_path):
